@@ -1,0 +1,50 @@
+/* Logging and errors. A log context belongs to a communicator (or a root);
+ * there is no process-wide logger. */
+#ifndef OOBX_LOG_H
+#define OOBX_LOG_H
+
+#include <stdio.h>
+#include "settings.h"
+
+typedef struct oobx_log {
+    int level;
+    FILE *fp;          /* stderr or the OOBX_LOG_FILE stream */
+    int own_fp;        /* fp was opened for this context */
+    char prefix[64];   /* "host:pid rank 3/8" */
+} oobx_log_t;
+
+/* Opens the context from settings; falls back to stderr. */
+void oobx_log_open(oobx_log_t *log, const oobx_settings_t *s, const char *prefix);
+void oobx_log_close(oobx_log_t *log);
+void oobx_log_set_prefix(oobx_log_t *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void oobx_log(const oobx_log_t *log, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Records msg as this thread's last error, logs it (at error level, or at
+ * debug level for OOBX_ERR_ABORTED) and returns code. log may be NULL. */
+int oobx_fail(const oobx_log_t *log, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Sets this thread's last error without logging. */
+void oobx_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define OOBX_LOG(log, lvl, ...)                                         \
+    do {                                                                \
+        if ((log) && (log)->level >= (lvl)) oobx_log((log), (lvl), __VA_ARGS__); \
+    } while (0)
+#define OOBX_WARN(log, ...) OOBX_LOG(log, OOBX_LOG_WARN, __VA_ARGS__)
+#define OOBX_INFO(log, ...) OOBX_LOG(log, OOBX_LOG_INFO, __VA_ARGS__)
+#define OOBX_DEBUG(log, ...) OOBX_LOG(log, OOBX_LOG_DEBUG, __VA_ARGS__)
+#define OOBX_TRACE(log, ...) OOBX_LOG(log, OOBX_LOG_TRACE, __VA_ARGS__)
+
+/* A rate limiter for warnings triggered from outside (stray clients). */
+typedef struct oobx_ratelimit {
+    uint64_t window_start_ns;
+    unsigned count;
+    unsigned suppressed;
+} oobx_ratelimit_t;
+/* 1 when this event may be logged (at most 5 per 10 s); counts the rest. */
+int oobx_ratelimit_ok(oobx_ratelimit_t *rl);
+
+#endif

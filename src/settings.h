@@ -1,0 +1,47 @@
+/* Per-communicator settings: one table of OOBX_* variables, parsed at init. */
+#ifndef OOBX_SETTINGS_H
+#define OOBX_SETTINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "oobx.h"
+
+enum { OOBX_LOG_NONE = 0, OOBX_LOG_ERROR, OOBX_LOG_WARN, OOBX_LOG_INFO, OOBX_LOG_DEBUG, OOBX_LOG_TRACE };
+
+typedef struct oobx_settings {
+    char transport[16];        /* OOBX_TRANSPORT: auto, socket, ucx, verbs */
+    int timeout_ms;            /* OOBX_TIMEOUT_MS; -1: forever */
+    char socket_ifname[256];   /* OOBX_SOCKET_IFNAME */
+    int socket_family;         /* OOBX_SOCKET_FAMILY: AF_UNSPEC, AF_INET, AF_INET6 */
+    int socket_linklocal;      /* OOBX_SOCKET_LINKLOCAL: allow IPv6 link-local */
+    char comm_id[1024];        /* OOBX_COMM_ID */
+    char job_key[128];         /* OOBX_JOB_KEY, folded into the magic of env-started jobs */
+    int stagger_rate;          /* OOBX_UID_STAGGER_RATE: connections per second */
+    int stagger_threshold;     /* OOBX_UID_STAGGER_THRESHOLD: ranks per root */
+    char net_device[128];      /* OOBX_NET_DEVICE */
+    char allgather_algo[16];   /* OOBX_ALLGATHER_ALGO: auto, ring, bruck */
+    size_t bruck_max_bytes;    /* OOBX_ALLGATHER_BRUCK_MAX: auto picks Bruck up to this total */
+    size_t chunk_bytes;        /* OOBX_CHUNK_BYTES: pipeline chunk */
+    int spin_us;               /* OOBX_SPIN_US: progress spin before blocking */
+    char topo_pci[64];         /* OOBX_TOPO_PCI */
+    char ucx_ring[16];         /* OOBX_UCX_RING: auto, put, tag */
+    size_t ring_slot_bytes;    /* OOBX_RING_SLOT_BYTES: registered ring buffer slot */
+    int ring_slots;            /* OOBX_RING_SLOTS: slots per ring link */
+    int log_level;             /* OOBX_LOG_LEVEL */
+    char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */
+} oobx_settings_t;
+
+typedef struct oobx_setting_desc {
+    const char *name;      /* "OOBX_TIMEOUT_MS" */
+    const char *def;       /* default, as text */
+    const char *doc;       /* one line */
+} oobx_setting_desc_t;
+
+/* The table, terminated by a NULL name; read-only. */
+extern const oobx_setting_desc_t oobx_settings_table[];
+
+/* Fills s from defaults, then the environment, then cfg (may be NULL).
+ * A malformed value is an OOBX_ERR_INVALID naming the variable. */
+int oobx_settings_load(oobx_settings_t *s, const oobx_config_t *cfg);
+
+#endif

@@ -1,0 +1,21 @@
+/* Small helpers shared by the core and the transports. */
+#ifndef OOBX_UTIL_H
+#define OOBX_UTIL_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+uint64_t oobx_now_ns(void);                     /* CLOCK_MONOTONIC */
+/* deadline_ns for a timeout in ms from now; UINT64_MAX for timeout_ms < 0 */
+uint64_t oobx_deadline(int timeout_ms);
+/* ms left until deadline, clamped to [0, cap_ms]; cap_ms < 0: no cap; -1 for no deadline */
+int oobx_ms_left(uint64_t deadline_ns, int cap_ms);
+uint64_t oobx_random64(void);                   /* getrandom(), else time^pid mix */
+uint64_t oobx_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 */
+uint64_t oobx_mix64(uint64_t a, uint64_t b);
+
+#define OOBX_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define OOBX_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define OOBX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

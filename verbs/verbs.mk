@@ -1,0 +1,1 @@
+# verbs/: the raw verbs transport (not built yet).
