@@ -1,7 +1,19 @@
-# tools/: oobx-run, oobx-info
-TOOLS := $(patsubst tools/%.c,$(BINDIR)/%,$(wildcard tools/oobx-*.c))
-$(BINDIR)/%: $(OBJDIR)/tools/%.o $(LIBOOBX_SO)
+# tools/: oobx-run (local launcher; needs no library), oobx-info (version,
+# transports, interface choice, settings), oobx-demo (what `make demo` runs).
+TOOLS_LIB := $(filter-out tools/oobx-run.c,$(wildcard tools/oobx-*.c))
+TOOLS     := $(BINDIR)/oobx-run $(patsubst tools/%.c,$(BINDIR)/%,$(TOOLS_LIB))
+
+$(BINDIR)/oobx-run: $(OBJDIR)/tools/oobx-run.o
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LDFLAGS)
+
+$(BINDIR)/oobx-%: $(OBJDIR)/tools/oobx-%.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(PROG_LDFLAGS)
-ALL_TARGETS += $(TOOLS)
-INSTALL_BINS += $(TOOLS)
+
+ALL_TARGETS  += $(TOOLS)
+INSTALL_BINS += $(BINDIR)/oobx-run $(if $(wildcard tools/oobx-info.c),$(BINDIR)/oobx-info)
+
+# build only the launcher (no library needed)
+oobx-run: $(BINDIR)/oobx-run
+.PHONY: oobx-run
