@@ -1,0 +1,253 @@
+/*
+ * oobx-info: what oobx would do on this machine. The version and library,
+ * each transport (built? usable here? why not), the socket interface it would
+ * choose and why, every setting with its default, value and doc (-c), and the
+ * device topology report (-t).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "oobx.h"
+#include "settings.h"
+#include "topo.h"
+#include "transport.h"
+
+extern char **environ;
+
+static const char *const transports[] = {"socket", "ucx", "verbs"};
+#define NTRANSPORTS (sizeof transports / sizeof transports[0])
+
+/* Environment variables read outside the settings table. */
+static const char *const env_extra[] = {"OOBX_RANK", "OOBX_NRANKS", NULL};
+
+static void usage(FILE *fp)
+{
+    fprintf(fp,
+            "usage: oobx-info [-c] [-t] [-u] [-v] [-h]\n"
+            "With no option: the version, each transport (built, usable here, or why not) and\n"
+            "the socket interface oobx would choose, and why. Settings come from the OOBX_*\n"
+            "environment variables, as in a job.\n"
+            "  -c, --config     every setting: default, value in this environment, and doc\n"
+            "  -t, --topology   devices, their locality, and what each transport would pick\n"
+            "  -u, --usable     the names of the usable transports, one a line (for scripts)\n"
+            "  -v, --version    the version only\n"
+            "  -h, --help       this text\n");
+}
+
+/* ---- transports ----------------------------------------------------------- */
+
+typedef struct tp_state {
+    int built;         /* the module loads (or is built in) */
+    int usable;        /* a one-rank instance could be created */
+    char why[512];
+} tp_state_t;
+
+static void tp_check(const char *name, const oobx_settings_t *s, tp_state_t *st)
+{
+    const oobx_tp_ops_t *ops = NULL;
+    memset(st, 0, sizeof *st);
+    if (oobx_tp_lookup(name, &ops, st->why, sizeof st->why) != OOBX_SUCCESS) return;
+    st->built = 1;
+    st->why[0] = '\0';
+    if (oobx_tp_probe(name, s, st->why, sizeof st->why) == OOBX_SUCCESS) st->usable = 1;
+}
+
+static void print_transports(const oobx_settings_t *s)
+{
+    tp_state_t st[NTRANSPORTS];
+    printf("transports:\n");
+    for (size_t i = 0; i < NTRANSPORTS; i++) {
+        tp_check(transports[i], s, &st[i]);
+        const char *state = st[i].usable ? "usable" : st[i].built ? "built, not usable here" : "not built";
+        printf("  %-7s %-24s%s%s\n", transports[i], state, st[i].why[0] ? "  " : "", st[i].why);
+    }
+    if (!strcmp(s->transport, "auto")) {
+        /* auto: ucx when it can run here, else the socket transport */
+        const char *pick = st[1].usable ? "ucx" : "socket";
+        printf("  OOBX_TRANSPORT=auto would use: %s\n", pick);
+    } else {
+        size_t i = 0;
+        while (i < NTRANSPORTS && strcmp(transports[i], s->transport)) i++;
+        printf("  OOBX_TRANSPORT=%s%s\n", s->transport,
+               i < NTRANSPORTS && !st[i].usable ? ": not usable here, jobs will fail to start" : "");
+    }
+}
+
+static int print_usable(const oobx_settings_t *s)
+{
+    tp_state_t st;
+    for (size_t i = 0; i < NTRANSPORTS; i++) {
+        tp_check(transports[i], s, &st);
+        if (st.usable) printf("%s\n", transports[i]);
+    }
+    return 0;
+}
+
+/* ---- interface --------------------------------------------------------------- */
+
+/* The first root of OOBX_COMM_ID ("host:port", "[v6]:port"), resolved. */
+static int comm_id_root(const char *comm_id, struct sockaddr_storage *ss, socklen_t *len,
+                        char *host, size_t hostlen)
+{
+    char first[1024];
+    snprintf(first, sizeof first, "%s", comm_id);
+    char *comma = strchr(first, ',');
+    if (comma) *comma = '\0';
+    char *h = first, *colon;
+    if (h[0] == '[') {
+        char *close = strchr(h, ']');
+        if (!close) return -1;
+        *close = '\0';
+        h++;
+    } else if ((colon = strrchr(h, ':')) != NULL) {
+        *colon = '\0';
+    }
+    if (!h[0]) return -1;
+    snprintf(host, hostlen, "%s", h);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(h, NULL, &hints, &res) != 0 || !res) return -1;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void request_from_settings(const oobx_settings_t *s, topo_request_t *req,
+                                  struct sockaddr_storage *root, char *roothost, size_t hostlen)
+{
+    memset(req, 0, sizeof *req);
+    req->ifname_spec = s->socket_ifname;
+    req->family = s->socket_family;
+    req->allow_linklocal = s->socket_linklocal;
+    req->pci_target = s->topo_pci;
+    req->net_device = s->net_device;
+    roothost[0] = '\0';
+    socklen_t len = 0;
+    if (s->comm_id[0]) {
+        if (comm_id_root(s->comm_id, root, &len, roothost, hostlen) == 0) {
+            req->match = (const struct sockaddr *)root;
+            req->matchlen = len;
+        } else {
+            printf("  (cannot resolve the first root of OOBX_COMM_ID=%s; no subnet matching)\n",
+                   s->comm_id);
+        }
+    }
+}
+
+static void print_interface(const oobx_settings_t *s)
+{
+    topo_request_t req;
+    struct sockaddr_storage root;
+    char roothost[256], why[1024], addr[128];
+    topo_if_t ifc;
+    printf("socket interface");
+    if (s->socket_ifname[0]) printf(" (OOBX_SOCKET_IFNAME=%s)", s->socket_ifname);
+    printf(":\n");
+    request_from_settings(s, &req, &root, roothost, sizeof roothost);
+    why[0] = '\0';
+    int rc = topo_pick_if(&req, &ifc, why, sizeof why);
+    if (rc == OOBX_SUCCESS) {
+        topo_if_format(&ifc, addr, sizeof addr);
+        printf("  %s %s\n  why: %s\n", ifc.name, addr, why);
+    } else {
+        printf("  none: %s (%s)\n", why[0] ? why : oobx_last_error(), oobx_error_name(rc));
+    }
+    if (roothost[0]) printf("  matched against the first root of OOBX_COMM_ID: %s\n", roothost);
+}
+
+/* ---- settings ---------------------------------------------------------------- */
+
+static int known_name(const char *name, size_t len)
+{
+    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++)
+        if (strlen(d->name) == len && !strncmp(d->name, name, len)) return 1;
+    for (int i = 0; env_extra[i]; i++)
+        if (strlen(env_extra[i]) == len && !strncmp(env_extra[i], name, len)) return 1;
+    return 0;
+}
+
+static void print_settings(void)
+{
+    printf("# oobx %s settings: default, value in this environment, and doc\n", oobx_version());
+    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++) {
+        const char *v = getenv(d->name);
+        printf("\n# %s\n", d->doc);
+        printf("# default: %s\n", d->def[0] ? d->def : "(empty)");
+        if (v)
+            printf("%s=%s    # set in the environment\n", d->name, v);
+        else
+            printf("%s=%s\n", d->name, d->def);
+    }
+    int header = 0;
+    for (char **e = environ; *e; e++) {
+        if (strncmp(*e, "OOBX_", 5) != 0) continue;
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (known_name(*e, len)) continue;
+        if (!header) printf("\n# not oobx settings (misspelt?):\n");
+        header = 1;
+        printf("#   %s\n", *e);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"config", no_argument, NULL, 'c'},   {"topology", no_argument, NULL, 't'},
+        {"usable", no_argument, NULL, 'u'},   {"version", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
+    };
+    int want_config = 0, want_topo = 0, want_usable = 0, c;
+    while ((c = getopt_long(argc, argv, "ctuvh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c': want_config = 1; break;
+        case 't': want_topo = 1; break;
+        case 'u': want_usable = 1; break;
+        case 'v': printf("%s\n", oobx_version()); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "oobx-info: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+
+    oobx_settings_t s;
+    int bad = oobx_settings_load(&s, NULL);
+    if (bad != OOBX_SUCCESS) {
+        fprintf(stderr, "oobx-info: %s\n", oobx_last_error());
+        if (!want_config) return 1;
+    }
+    if (want_usable) return print_usable(&s);
+    if (want_config) {
+        print_settings();
+        return bad == OOBX_SUCCESS ? 0 : 1;
+    }
+
+    Dl_info dl;
+    printf("oobx %s", oobx_version());
+    if (dladdr((void *)oobx_version, &dl) && dl.dli_fname) printf("  (%s)", dl.dli_fname);
+    printf("\n");
+    print_transports(&s);
+    print_interface(&s);
+    if (want_topo) {
+        printf("\ntopology:\n");
+        topo_request_t req;
+        struct sockaddr_storage root;
+        char roothost[256];
+        request_from_settings(&s, &req, &root, roothost, sizeof roothost);
+        fflush(stdout);
+        topo_report(stdout, &req);
+    }
+    return 0;
+}
