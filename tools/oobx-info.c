@@ -108,8 +108,9 @@ static int comm_id_root(const char *comm_id, struct sockaddr_storage *ss, sockle
     } else if ((colon = strrchr(h, ':')) != NULL) {
         *colon = '\0';
     }
-    if (!h[0]) return -1;
-    snprintf(host, hostlen, "%s", h);
+    size_t hl = strlen(h);
+    if (hl == 0 || hl >= hostlen) return -1;
+    memcpy(host, h, hl + 1);
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;

@@ -11,6 +11,9 @@ $(BINDIR)/oobx-%: $(OBJDIR)/tools/oobx-%.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(PROG_LDFLAGS)
 
+# keep the objects (make would delete them as intermediates of the chain)
+.SECONDARY: $(patsubst $(BINDIR)/%,$(OBJDIR)/tools/%.o,$(TOOLS))
+
 ALL_TARGETS  += $(TOOLS)
 INSTALL_BINS += $(BINDIR)/oobx-run $(if $(wildcard tools/oobx-info.c),$(BINDIR)/oobx-info)
 
