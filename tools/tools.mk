@@ -20,3 +20,8 @@ INSTALL_BINS += $(BINDIR)/oobx-run $(if $(wildcard tools/oobx-info.c),$(BINDIR)/
 # build only the launcher (no library needed)
 oobx-run: $(BINDIR)/oobx-run
 .PHONY: oobx-run
+
+# oobx-run's own checks (shell ranks; no library needed)
+check-tools: $(BINDIR)/oobx-run
+	@sh tools/test-oobx-run.sh $(BUILD)
+.PHONY: check-tools
