@@ -1,1 +1,80 @@
-# bench/: benchmarks
+# bench/: Google Benchmark benchmarks of oobx, the MPI peers, the report and plots.
+# Not part of `all`: they need packages `make test` does not install
+# (tools/install-deps.sh bench: g++ libbenchmark-dev python3-matplotlib
+# openmpi-bin libopenmpi-dev mpich libmpich-dev).
+#
+#   make bench          standard matrix + peers + report + plots (~10 min on 2 cores)
+#   make bench-quick    one-minute subset
+#   make bench-peers    build and run only the MPI and ucx_perftest peers, then report + plots
+#   make bench-plots    report + plots from the results already in $(BENCH_OUT)
+#   make bench-build    build the benchmark programs only
+# BENCH_OUT=dir puts results, report and plots elsewhere (docs/perf for the published set).
+
+BENCH_OUT    ?= $(BUILD)/bench
+BENCH_PY     ?= $(firstword $(wildcard /usr/bin/python3) python3)
+BENCH_CXX    ?= $(CXX)
+BENCH_CXXFLAGS := -std=c++17 $(OPT) -g -Wall -Wextra -pthread \
+                  $(filter -fsanitize=% -fno-omit-frame-pointer,$(CFLAGS))
+BENCH_GB_CFLAGS = $(shell $(PKG_CONFIG) --cflags benchmark 2>/dev/null)
+BENCH_GB_LIBS   = $(shell $(PKG_CONFIG) --libs benchmark 2>/dev/null || echo -lbenchmark)
+MPICC_OPENMPI ?= mpicc.openmpi
+MPICC_MPICH   ?= mpicc.mpich
+
+BENCH_BINS := $(BINDIR)/oobx-bench $(BINDIR)/oobx-init-time
+BENCH_PEER_BINS = $(if $(shell command -v $(MPICC_OPENMPI) 2>/dev/null),$(BINDIR)/oobx-mpi-peer.openmpi) \
+                  $(if $(shell command -v $(MPICC_MPICH) 2>/dev/null),$(BINDIR)/oobx-mpi-peer.mpich)
+
+$(OBJDIR)/bench/%.o: bench/%.cc
+	@mkdir -p $(dir $@)
+	$(BENCH_CXX) $(CPPFLAGS) $(BENCH_CXXFLAGS) $(BENCH_GB_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BINDIR)/oobx-bench: $(OBJDIR)/bench/oobx_bench.o $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(BENCH_CXX) -o $@ $< $(BENCH_GB_LIBS) $(PROG_LDFLAGS)
+
+$(BINDIR)/oobx-init-time: $(OBJDIR)/bench/oobx_init_time.o $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(PROG_LDFLAGS)
+
+# The MPI peers use nothing of oobx: built with each MPI's own compiler wrapper.
+$(BINDIR)/oobx-mpi-peer.openmpi: bench/mpi_peer.c
+	@mkdir -p $(dir $@)
+	$(MPICC_OPENMPI) -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -o $@ $<
+
+$(BINDIR)/oobx-mpi-peer.mpich: bench/mpi_peer.c
+	@mkdir -p $(dir $@)
+	$(MPICC_MPICH) -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -o $@ $<
+
+BENCH_RUN    = $(BENCH_PY) bench/run.py --build $(BUILD) --out $(BENCH_OUT)
+# $(call bench-report,what was run): the report (markdown) and the plots of $(BENCH_OUT)
+bench-report = $(BENCH_PY) bench/report.py --out $(BENCH_OUT) --command "$(1)$(if $(filter-out $(BUILD)/bench,$(BENCH_OUT)), BENCH_OUT=$(BENCH_OUT))" && \
+               $(BENCH_PY) bench/plot.py --out $(BENCH_OUT)
+
+bench-deps:
+	@if [ -f tools/install-deps.sh ]; then sh tools/install-deps.sh bench; fi
+
+bench-build: all $(BENCH_BINS)
+	@true
+
+bench-peers-build: $(BENCH_PEER_BINS)
+	@true
+
+bench: bench-deps
+	@$(MAKE) --no-print-directory bench-build bench-peers-build
+	$(BENCH_RUN) --clean --matrix standard
+	$(call bench-report,make bench)
+
+bench-quick: bench-deps
+	@$(MAKE) --no-print-directory bench-build
+	$(BENCH_RUN) --clean --matrix quick --parts oobx,init
+	$(call bench-report,make bench-quick)
+
+bench-peers: bench-deps
+	@$(MAKE) --no-print-directory bench-peers-build
+	$(BENCH_RUN) --matrix standard --parts peers,perftest
+	$(call bench-report,make bench-peers)
+
+bench-plots:
+	$(call bench-report,make bench-plots)
+
+.PHONY: bench bench-quick bench-peers bench-plots bench-build bench-peers-build bench-deps
