@@ -31,10 +31,15 @@ typedef struct oobx_settings {
     char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */
 } oobx_settings_t;
 
+enum { OOBX_SET_STR, OOBX_SET_INT, OOBX_SET_SIZE, OOBX_SET_LEVEL, OOBX_SET_FAMILY, OOBX_SET_BOOL };
+
 typedef struct oobx_setting_desc {
     const char *name;      /* "OOBX_TIMEOUT_MS" */
     const char *def;       /* default, as text */
     const char *doc;       /* one line */
+    int type;              /* OOBX_SET_* */
+    size_t offset;         /* of the field in oobx_settings_t */
+    size_t size;           /* of the field (strings) */
 } oobx_setting_desc_t;
 
 /* The table, terminated by a NULL name; read-only. */

@@ -1,0 +1,421 @@
+/*
+ * Collectives over the endpoint's tagged messages: the pipelined ring and
+ * Bruck allgathers, the dissemination barrier, the pipelined binomial
+ * broadcast. Every algorithm runs over a group view (a subset of the
+ * communicator, or all of it), so the group calls share the code.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "util.h"
+
+static int member(const coll_group_t *g, int i)
+{
+    return g->members ? g->members[i] : i;
+}
+
+static uint64_t coll_tag(const coll_group_t *g, unsigned step)
+{
+    return ((g->gid & 0xffffffull) << 40) | ((uint64_t)(g->seq & 0xffffffu) << 16) | (step & 0xffffu);
+}
+
+/* Requests of one collective, freed or handed to the endpoint at the end. */
+typedef struct coll_reqs {
+    oobx_rreq_t *r;
+    int nr;
+    oobx_sreq_t *s;
+    int ns, caps;
+    uint64_t tag;
+} coll_reqs_t;
+
+static int reqs_alloc(coll_reqs_t *q, int nr, int ns)
+{
+    memset(q, 0, sizeof(*q));
+    q->r = calloc((size_t)(nr ? nr : 1), sizeof(*q->r));
+    q->s = calloc((size_t)(ns ? ns : 1), sizeof(*q->s));
+    q->caps = ns;
+    return q->r && q->s ? 0 : OOBX_ERR_NOMEM;
+}
+
+/* Frees the requests; on an early end, those a transport may still touch
+ * (and extra, a buffer they point into) go to the endpoint instead. */
+static void reqs_release(struct oobx_comm *c, coll_reqs_t *q, int posted_r, void *extra)
+{
+    int keep = 0;
+    for (int i = 0; i < posted_r; i++)
+        if (!q->r[i].done && ep_cancel_recv(c, OOBX_MSG_COLL, q->tag, &q->r[i])) keep = 1;
+    for (int i = 0; i < q->ns; i++)
+        if (!q->s[i].tp.done) keep = 1;
+    if (keep) {
+        ep_adopt(c->ep, q->r);
+        ep_adopt(c->ep, q->s);
+        ep_adopt(c->ep, extra);
+    } else {
+        free(q->r);
+        free(q->s);
+        free(extra);
+    }
+}
+
+static int send_status(const coll_reqs_t *q)
+{
+    for (int i = 0; i < q->ns; i++)
+        if (q->s[i].tp.done && q->s[i].tp.status) return i;
+    return -1;
+}
+
+static int all_sent(const coll_reqs_t *q)
+{
+    for (int i = 0; i < q->ns; i++)
+        if (!q->s[i].tp.done) return 0;
+    return 1;
+}
+
+/* Text for a failed request to or from comm rank peer. */
+static int peer_error(struct oobx_comm *c, int status, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int peer_error(struct oobx_comm *c, int status, int peer, const char *fmt, ...)
+{
+    char what[600], who[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    comm_peer_name(c, peer, who, sizeof(who));
+    const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
+    if (status == OOBX_ERR_TRUNCATED)
+        return oobx_fail(&c->log, status, "rank %d: %s: %s sent more than expected (mismatched sizes between ranks?)",
+                         c->rank, what, who);
+    return oobx_fail(&c->log, status, "rank %d: %s: %s: %s", c->rank, what, who, why ? why : oobx_strerror(status));
+}
+
+/* ---- pipelined ring -------------------------------------------------------------- */
+
+typedef struct ring_run {
+    struct oobx_comm *c;
+    const coll_group_t *g;
+    coll_reqs_t q;
+    char *base;
+    size_t stride;  /* bytes between slices */
+    size_t bpr;     /* bytes per slice (fixed mode) */
+    size_t chunk;
+    int nch;
+    size_t *lens;   /* variable mode: lengths (cap = stride) */
+    int next_fwd;
+    int fwd_limit;  /* receives that are forwarded */
+    int next;       /* comm rank */
+    int err_index;  /* first failed receive, -1 */
+} ring_run_t;
+
+static int ring_progress(void *arg)
+{
+    ring_run_t *rr = arg;
+    while (rr->next_fwd < rr->q.nr && rr->q.r[rr->next_fwd].done) {
+        oobx_rreq_t *r = &rr->q.r[rr->next_fwd];
+        if (r->status) {
+            rr->err_index = rr->next_fwd;
+            return 1;
+        }
+        if (rr->next_fwd < rr->fwd_limit) {
+            oobx_sreq_t *s = &rr->q.s[rr->q.ns];
+            int rc = ep_isend(rr->c, rr->next, OOBX_MSG_COLL, rr->q.tag, r->buf, r->received, s);
+            if (rc != 0) {
+                rr->err_index = -2;
+                return 1;
+            }
+            rr->q.ns++;
+        }
+        rr->next_fwd++;
+    }
+    if (send_status(&rr->q) >= 0) return 1;
+    return rr->next_fwd == rr->q.nr && all_sent(&rr->q);
+}
+
+static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base, size_t stride, size_t bpr,
+                          size_t *lens)
+{
+    int n = g->n, me = g->me;
+    ring_run_t rr;
+    memset(&rr, 0, sizeof(rr));
+    rr.c = c;
+    rr.g = g;
+    rr.base = base;
+    rr.stride = stride;
+    rr.bpr = bpr;
+    rr.lens = lens;
+    rr.chunk = lens ? stride : c->settings.chunk_bytes;
+    rr.nch = lens ? 1 : (int)((bpr + rr.chunk - 1) / rr.chunk);
+    if (rr.nch < 1) rr.nch = 1;
+    rr.next = member(g, (me + 1) % n);
+    int prev = member(g, (me - 1 + n) % n);
+    rr.err_index = -1;
+    int nr = (n - 1) * rr.nch;
+    int rc = reqs_alloc(&rr.q, nr, n * rr.nch);
+    if (rc != 0) {
+        reqs_release(c, &rr.q, 0, NULL);
+        return oobx_fail(&c->log, rc, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
+    }
+    rr.q.tag = coll_tag(g, 0);
+    rr.fwd_limit = (n - 2) * rr.nch;
+    int posted = 0;
+    for (int s = 1; s < n && rc == 0; s++) {
+        int slice = (me - s + n) % n;
+        for (int k = 0; k < rr.nch && rc == 0; k++) {
+            size_t off = (size_t)k * rr.chunk;
+            size_t len = lens ? stride : (bpr - off < rr.chunk ? bpr - off : rr.chunk);
+            rc = ep_irecv(c, prev, OOBX_MSG_COLL, rr.q.tag, base + (size_t)slice * stride + off, len,
+                          &rr.q.r[posted]);
+            if (rc == 0) posted++;
+        }
+    }
+    for (int k = 0; k < rr.nch && rc == 0; k++) {
+        size_t off = (size_t)k * rr.chunk;
+        size_t len = lens ? lens[me] : (bpr - off < rr.chunk ? bpr - off : rr.chunk);
+        rc = ep_isend(c, rr.next, OOBX_MSG_COLL, rr.q.tag, base + (size_t)me * stride + off, len, &rr.q.s[rr.q.ns]);
+        if (rc == 0) rr.q.ns++;
+    }
+    rr.q.nr = posted;
+    if (rc != 0) {
+        reqs_release(c, &rr.q, posted, NULL);
+        return rc;
+    }
+    uint64_t t0 = oobx_now_ns();
+    rc = ep_wait(c, ring_progress, &rr, oobx_deadline(c->settings.timeout_ms));
+    int bad = send_status(&rr.q);
+    if (rc == 0 && rr.err_index >= 0) {
+        int slice = (me - 1 - rr.err_index / rr.nch + n) % n;
+        rc = peer_error(c, rr.q.r[rr.err_index].status, prev, "allgather (ring): receiving the slice of group rank %d",
+                        slice);
+    } else if (rc == 0 && rr.err_index == -2) {
+        rc = oobx_fail(&c->log, OOBX_ERR_REMOTE, "%s", oobx_last_error());
+    } else if (rc == 0 && bad >= 0) {
+        rc = peer_error(c, rr.q.s[bad].tp.status, rr.next, "allgather (ring): sending");
+    } else if (rc != 0) {
+        int first = rr.next_fwd;
+        int slice = (me - 1 - first / rr.nch + n) % n;
+        rc = comm_wait_error(c, rc,
+                             "allgather (ring) at rank %d: after %.0f ms, %d of %d pieces in; waiting for the data of "
+                             "rank %d (the first whose data never came) from predecessor rank %d",
+                             c->rank, (oobx_now_ns() - t0) / 1e6, first, nr, member(g, slice), prev);
+    }
+    if (rc == 0 && lens) {
+        for (int s = 1; s < n; s++) lens[(me - s + n) % n] = rr.q.r[s - 1].received;
+    }
+    reqs_release(c, &rr.q, posted, NULL);
+    return rc;
+}
+
+/* ---- Bruck --------------------------------------------------------------------------- */
+
+typedef struct pair_run {
+    oobx_rreq_t *r;
+    oobx_sreq_t *s;
+} pair_run_t;
+
+static int pair_done(void *arg)
+{
+    pair_run_t *p = arg;
+    if (p->r->done && p->r->status) return 1;
+    if (p->s->tp.done && p->s->tp.status) return 1;
+    return p->r->done && p->s->tp.done;
+}
+
+/* One exchange: send to `to`, receive from `from`; both comm ranks. */
+static int exchange(struct oobx_comm *c, coll_reqs_t *q, int to, const void *sbuf, size_t slen, int from, void *rbuf,
+                    size_t rlen, const char *what)
+{
+    q->ns = 0;
+    int rc = ep_irecv(c, from, OOBX_MSG_COLL, q->tag, rbuf, rlen, &q->r[0]);
+    if (rc != 0) return rc;
+    rc = ep_isend(c, to, OOBX_MSG_COLL, q->tag, sbuf, slen, &q->s[0]);
+    if (rc != 0) return -1000 + rc; /* the receive is posted: the caller cancels it */
+    q->ns = 1;
+    pair_run_t p = {&q->r[0], &q->s[0]};
+    uint64_t t0 = oobx_now_ns();
+    rc = ep_wait(c, pair_done, &p, oobx_deadline(c->settings.timeout_ms));
+    if (rc != 0) {
+        char who[160];
+        comm_peer_name(c, q->r[0].done ? to : from, who, sizeof(who));
+        return -1000 + comm_wait_error(c, rc, "rank %d: %s: after %.0f ms still waiting for %s %s", c->rank, what,
+                                       (oobx_now_ns() - t0) / 1e6, q->r[0].done ? "the send to" : "the message of",
+                                       who);
+    }
+    if (q->r[0].status) return peer_error(c, q->r[0].status, from, "%s: receiving", what);
+    if (q->s[0].tp.status) return peer_error(c, q->s[0].tp.status, to, "%s: sending", what);
+    return 0;
+}
+
+static int finish_exchange(struct oobx_comm *c, coll_reqs_t *q, int rc, void *extra)
+{
+    int posted = rc <= -1000 ? 1 : 0; /* the receive may still be queued */
+    if (rc <= -1000) rc += 1000;
+    reqs_release(c, q, posted, extra);
+    return rc;
+}
+
+static int bruck_allgather(struct oobx_comm *c, const coll_group_t *g, char *buf, size_t bpr)
+{
+    int n = g->n, me = g->me;
+    char *tmp = malloc((size_t)n * bpr);
+    coll_reqs_t q;
+    if (!tmp || reqs_alloc(&q, 1, 1) != 0) {
+        free(tmp);
+        return oobx_fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a Bruck allgather", c->rank);
+    }
+    memcpy(tmp, buf + (size_t)me * bpr, bpr);
+    int rc = 0;
+    unsigned step = 0;
+    for (int dist = 1; dist < n && rc == 0; dist <<= 1, step++) {
+        int cnt = dist < n - dist ? dist : n - dist;
+        q.tag = coll_tag(g, step);
+        char what[64];
+        snprintf(what, sizeof(what), "allgather (Bruck) step %u", step);
+        rc = exchange(c, &q, member(g, (me - dist + n) % n), tmp, (size_t)cnt * bpr, member(g, (me + dist) % n),
+                      tmp + (size_t)dist * bpr, (size_t)cnt * bpr, what);
+        if (rc != 0) return finish_exchange(c, &q, rc, tmp);
+    }
+    for (int i = 0; i < n; i++) memcpy(buf + (size_t)((me + i) % n) * bpr, tmp + (size_t)i * bpr, bpr);
+    return finish_exchange(c, &q, 0, tmp);
+}
+
+int coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
+{
+    if (g->n == 1 || bpr == 0) return 0;
+    int bruck;
+    if (!strcmp(algo, "bruck")) bruck = 1;
+    else if (!strcmp(algo, "ring")) bruck = 0;
+    else bruck = g->n > 2 && (size_t)g->n * bpr <= c->settings.bruck_max_bytes;
+    if (bruck) return bruck_allgather(c, g, buf, bpr);
+    return ring_allgather(c, g, buf, bpr, bpr, NULL);
+}
+
+int coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *lens)
+{
+    coll_group_t g = {.n = c->nranks, .me = c->rank, .members = NULL, .gid = 0, .seq = c->coll_seq++};
+    if (c->nranks == 1) return 0;
+    return ring_allgather(c, &g, items, cap, cap, lens);
+}
+
+/* ---- barrier ---------------------------------------------------------------------------- */
+
+int coll_barrier(struct oobx_comm *c, const coll_group_t *g)
+{
+    int n = g->n, me = g->me;
+    if (n == 1) return 0;
+    coll_reqs_t q;
+    if (reqs_alloc(&q, 1, 1) != 0) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    int rc = 0;
+    unsigned step = 0;
+    for (int dist = 1; dist < n && rc == 0; dist <<= 1, step++) {
+        q.tag = coll_tag(g, step);
+        char what[64];
+        snprintf(what, sizeof(what), "barrier round %u", step);
+        rc = exchange(c, &q, member(g, (me + dist) % n), NULL, 0, member(g, (me - dist + n) % n), NULL, 0, what);
+        if (rc != 0) return finish_exchange(c, &q, rc, NULL);
+    }
+    return finish_exchange(c, &q, 0, NULL);
+}
+
+/* ---- broadcast: binomial tree, chunks forwarded as they land ------------------------------ */
+
+typedef struct bcast_run {
+    struct oobx_comm *c;
+    coll_reqs_t q;
+    int children[32];
+    int nchildren;
+    int next_fwd;
+    int err;
+} bcast_run_t;
+
+static int bcast_progress(void *arg)
+{
+    bcast_run_t *b = arg;
+    while (b->next_fwd < b->q.nr && b->q.r[b->next_fwd].done) {
+        oobx_rreq_t *r = &b->q.r[b->next_fwd];
+        if (r->status) {
+            b->err = b->next_fwd;
+            return 1;
+        }
+        for (int k = 0; k < b->nchildren; k++) {
+            if (ep_isend(b->c, b->children[k], OOBX_MSG_COLL, b->q.tag, r->buf, r->received, &b->q.s[b->q.ns]) != 0) {
+                b->err = -2;
+                return 1;
+            }
+            b->q.ns++;
+        }
+        b->next_fwd++;
+    }
+    if (send_status(&b->q) >= 0) return 1;
+    return b->next_fwd == b->q.nr && all_sent(&b->q);
+}
+
+int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, size_t bytes)
+{
+    int n = g->n;
+    if (n == 1) return 0;
+    int vr = (g->me - root + n) % n;
+    int parent = -1, mask = 1;
+    while (mask < n) {
+        if (vr & mask) {
+            parent = member(g, (vr - mask + root) % n);
+            break;
+        }
+        mask <<= 1;
+    }
+    bcast_run_t b;
+    memset(&b, 0, sizeof(b));
+    b.c = c;
+    b.err = -1;
+    for (int m = mask >> 1; m > 0; m >>= 1)
+        if (vr + m < n) b.children[b.nchildren++] = member(g, (vr + m + root) % n);
+    size_t chunk = c->settings.chunk_bytes;
+    int nch = bytes ? (int)((bytes + chunk - 1) / chunk) : 1;
+    int rc = reqs_alloc(&b.q, parent >= 0 ? nch : 0, nch * (b.nchildren ? b.nchildren : 1));
+    if (rc != 0) {
+        reqs_release(c, &b.q, 0, NULL);
+        return oobx_fail(&c->log, rc, "out of memory for a broadcast");
+    }
+    b.q.tag = coll_tag(g, 0);
+    int posted = 0;
+    if (parent >= 0) {
+        b.q.nr = nch;
+        for (int k = 0; k < nch && rc == 0; k++) {
+            size_t off = (size_t)k * chunk;
+            size_t len = bytes - off < chunk ? bytes - off : chunk;
+            rc = ep_irecv(c, parent, OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.r[k]);
+            if (rc == 0) posted++;
+        }
+    } else {
+        for (int k = 0; k < nch && rc == 0; k++) {
+            size_t off = (size_t)k * chunk;
+            size_t len = bytes - off < chunk ? bytes - off : chunk;
+            for (int j = 0; j < b.nchildren && rc == 0; j++) {
+                rc = ep_isend(c, b.children[j], OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.s[b.q.ns]);
+                if (rc == 0) b.q.ns++;
+            }
+        }
+    }
+    if (rc != 0) {
+        reqs_release(c, &b.q, posted, NULL);
+        return rc;
+    }
+    uint64_t t0 = oobx_now_ns();
+    rc = ep_wait(c, bcast_progress, &b, oobx_deadline(c->settings.timeout_ms));
+    int bad = send_status(&b.q);
+    if (rc == 0 && b.err >= 0) {
+        rc = peer_error(c, b.q.r[b.err].status, parent, "broadcast from group rank %d: receiving", root);
+    } else if (rc == 0 && b.err == -2) {
+        rc = oobx_fail(&c->log, OOBX_ERR_REMOTE, "%s", oobx_last_error());
+    } else if (rc == 0 && bad >= 0) {
+        rc = peer_error(c, b.q.s[bad].tp.status, b.children[bad % (b.nchildren ? b.nchildren : 1)],
+                        "broadcast: sending");
+    } else if (rc != 0) {
+        rc = comm_wait_error(c, rc, "broadcast from group rank %d at rank %d: after %.0f ms, %d of %d chunks in from parent rank %d",
+                             root, c->rank, (oobx_now_ns() - t0) / 1e6, b.next_fwd, b.q.nr, parent);
+    }
+    reqs_release(c, &b.q, posted, NULL);
+    return rc;
+}

@@ -1,0 +1,730 @@
+/* Communicators: init (root rendezvous, ring, address allgather), the public
+ * calls, split, abort and destroy. */
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "root.h"
+#include "topo.h"
+#include "util.h"
+#include "wire.h"
+
+/* ---- helpers ---- */
+
+void comm_peer_name(struct oobx_comm *c, int r, char *buf, size_t len)
+{
+    if (r < 0 || r >= c->nranks) {
+        snprintf(buf, len, "rank %d", r);
+        return;
+    }
+    char tmp[160];
+    c->ep->tp->ops->peer_name(c->ep->tp, comm_ep_rank(c, r), tmp, sizeof(tmp));
+    if (c->ep_rank) snprintf(buf, len, "rank %d (%s of the parent)", r, tmp);
+    else snprintf(buf, len, "%s", tmp);
+}
+
+int comm_wait_error(struct oobx_comm *c, int rc, const char *fmt, ...)
+{
+    char what[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (rc == OOBX_ERR_ABORTED) return oobx_fail(&c->log, rc, "%s: aborted", what);
+    return oobx_fail(&c->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, c->settings.timeout_ms);
+}
+
+static int check_comm(oobx_comm_t c, const char *fn)
+{
+    if (!c) return oobx_fail(NULL, OOBX_ERR_INVALID, "%s: communicator is NULL", fn);
+    if (atomic_load(&c->aborted))
+        return oobx_fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the communicator was aborted", fn, c->rank);
+    if (c->user_abort && *c->user_abort)
+        return oobx_fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the abort flag is set", fn, c->rank);
+    return 0;
+}
+
+static struct oobx_comm *comm_alloc(const oobx_settings_t *s)
+{
+    struct oobx_comm *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->settings = *s;
+    atomic_init(&c->aborted, 0);
+    return c;
+}
+
+static void comm_free(struct oobx_comm *c)
+{
+    if (!c) return;
+    free(c->ep_rank);
+    free(c->gseq);
+    oobx_log_close(&c->log);
+    free(c);
+}
+
+/* ---- transports ---- */
+
+static uint32_t tpid_of(const char *name)
+{
+    if (!strcmp(name, "ucx")) return OOBX_TPID_UCX;
+    if (!strcmp(name, "verbs")) return OOBX_TPID_VERBS;
+    return OOBX_TPID_SOCKET;
+}
+
+static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char **chosen)
+{
+    const char *want = c->settings.transport;
+    char why[512];
+    const char *order[3];
+    int n = 0;
+    if (!strcmp(want, "auto")) {
+        order[n++] = "ucx";
+        order[n++] = "socket";
+    } else {
+        order[n++] = want;
+    }
+    int rc = OOBX_ERR_UNAVAILABLE;
+    for (int i = 0; i < n; i++) {
+        const oobx_tp_ops_t *ops;
+        rc = oobx_tp_lookup(order[i], &ops, why, sizeof(why));
+        if (rc == 0) {
+            rc = ops->create(p, &c->ep->tp);
+            if (rc != 0) snprintf(why, sizeof(why), "%s", oobx_last_error());
+        }
+        if (rc == 0) {
+            *chosen = ops->name;
+            OOBX_INFO(&c->log, "transport %s%s", ops->name, n > 1 ? " (OOBX_TRANSPORT=auto)" : "");
+            return 0;
+        }
+        if (n > 1 && i + 1 < n) {
+            OOBX_INFO(&c->log, "transport %s not used: %s; trying %s", order[i], why, order[i + 1]);
+            continue;
+        }
+        return oobx_fail(&c->log, rc, "rank %d: transport %s cannot run: %s", c->rank, order[i], why);
+    }
+    return rc;
+}
+
+/* ---- init ---- */
+
+static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const root_handle_t *roots,
+                       const oobx_settings_t *s, const oobx_config_t *cfg, uint64_t hosted_magic)
+{
+    uint64_t t0 = oobx_now_ns();
+    struct oobx_comm *c = comm_alloc(s);
+    if (!c) return oobx_fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    char prefix[96];
+    snprintf(prefix, sizeof(prefix), "rank %d/%d", rank, nranks);
+    oobx_log_open(&c->log, s, prefix);
+    c->rank = rank;
+    c->nranks = nranks;
+    c->user_abort = cfg && cfg->struct_size >= offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag)
+                        ? cfg->abort_flag
+                        : NULL;
+    c->ctx = roots[0].magic;
+    c->root_magic = hosted_magic;
+    oobx_cancel_t cancel = {.deadline_ns = oobx_deadline(s->timeout_ms), .user_abort = c->user_abort,
+                            .aborted = &c->aborted};
+    int rc = ep_create(s, &c->log, &c->ep);
+    if (rc == 0) rc = ep_set_size(c->ep, rank, nranks);
+    if (rc != 0) {
+        comm_free(c);
+        return oobx_fail(NULL, rc, "rank %d: cannot create its endpoint: %s", rank, oobx_last_error());
+    }
+    oobx_tp_params_t p = {.rank = rank, .nranks = nranks, .magic = c->ctx, .settings = &c->settings,
+                          .log = &c->log, .sink = ep_sink(c->ep), .root_hint = &roots[0].addr.sa,
+                          .root_hint_len = sock_addr_len(&roots[0].addr)};
+    const char *tname = "socket";
+    pthread_mutex_lock(&c->ep->lock);
+    rc = transport_open(c, &p, &tname);
+    pthread_mutex_unlock(&c->ep->lock);
+    if (rc != 0) goto fail;
+    snprintf(c->transport, sizeof(c->transport), "%s", tname);
+    uint64_t t_create = oobx_now_ns();
+
+    char *items = NULL;
+    size_t *lens = NULL;
+    unsigned char blob[OOBX_ADDR_MAX], next_blob[OOBX_ADDR_MAX];
+    size_t blob_len = sizeof(blob), next_len = 0;
+    rc = c->ep->tp->ops->address(c->ep->tp, blob, &blob_len);
+    if (rc != 0) {
+        rc = oobx_fail(&c->log, rc, "rank %d: transport %s has no address: %s", rank, tname, oobx_last_error());
+        goto fail;
+    }
+    root_client_t rcl = {.rank = rank, .nranks = nranks, .nroots = nids, .roots = roots, .tpid = tpid_of(tname),
+                         .blob = blob, .blob_len = blob_len, .settings = &c->settings, .log = &c->log,
+                         .cancel = &cancel};
+    double delay = 0;
+    rc = root_exchange(&rcl, next_blob, &next_len, &delay);
+    if (rc != 0) goto fail;
+    uint64_t t_root = oobx_now_ns();
+    c->timings.delay = delay;
+
+    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
+    pthread_mutex_lock(&c->ep->lock);
+    if (nranks > 1) rc = c->ep->tp->ops->set_peer(c->ep->tp, next, next_blob, next_len);
+    if (rc == 0 && nranks > 1 && c->ep->tp->ops->ring) rc = c->ep->tp->ops->ring(c->ep->tp, -1, next);
+    uint64_t t_ring = oobx_now_ns();
+    /* every rank's address, over the ring */
+    items = malloc((size_t)nranks * OOBX_ADDR_MAX);
+    lens = calloc((size_t)nranks, sizeof(*lens));
+    if (rc == 0 && (!items || !lens)) rc = oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory for %d addresses", nranks);
+    if (rc == 0) {
+        memcpy(items + (size_t)rank * OOBX_ADDR_MAX, blob, blob_len);
+        lens[rank] = blob_len;
+        rc = coll_ring_allgatherv(c, items, OOBX_ADDR_MAX, lens);
+    }
+    for (int r = 0; rc == 0 && r < nranks; r++) {
+        if (r == rank) continue;
+        rc = c->ep->tp->ops->set_peer(c->ep->tp, r, items + (size_t)r * OOBX_ADDR_MAX, lens[r]);
+        if (rc != 0)
+            rc = oobx_fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
+                           lens[r], oobx_last_error());
+    }
+    if (rc == 0 && nranks > 1 && c->ep->tp->ops->ring) rc = c->ep->tp->ops->ring(c->ep->tp, prev, next);
+    pthread_mutex_unlock(&c->ep->lock);
+    free(items);
+    free(lens);
+    if (rc != 0) goto fail;
+    uint64_t t_end = oobx_now_ns();
+    c->timings.create = (t_create - t0) / 1e9;
+    c->timings.root = (t_root - t_create) / 1e9 - delay;
+    c->timings.ring = (t_ring - t_root) / 1e9;
+    c->timings.allgather = (t_end - t_ring) / 1e9;
+    c->timings.total = (t_end - t0) / 1e9;
+    OOBX_INFO(&c->log, "init timings total %.6f s (create %.6f, delay %.6f, root %.6f, ring %.6f, allgather %.6f), transport %s, %d roots",
+              c->timings.total, c->timings.create, c->timings.delay, c->timings.root, c->timings.ring,
+              c->timings.allgather, tname, nids);
+    *out = c;
+    return 0;
+fail:
+    {
+        int saved = rc;
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", oobx_last_error());
+        ep_release(c->ep);
+        comm_free(c);
+        oobx_set_last_error("%s", msg);
+        return saved;
+    }
+}
+
+int oobx_get_unique_id(oobx_unique_id_t *id)
+{
+    if (!id) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_get_unique_id: id is NULL");
+    oobx_settings_t s;
+    int rc = oobx_settings_load(&s, NULL);
+    if (rc != 0) return rc;
+    root_registry_reap(0, 0);
+    oobx_sockaddr_t bind_addr;
+    char why[600];
+    memset(&bind_addr, 0, sizeof(bind_addr));
+    if (s.comm_id[0]) {
+        /* a fixed address for the root */
+        char first[sizeof(s.comm_id)];
+        snprintf(first, sizeof(first), "%s", s.comm_id);
+        char *comma = strchr(first, ',');
+        if (comma) *comma = '\0';
+        rc = sock_addr_parse(first, s.socket_family, &bind_addr, why, sizeof(why));
+        if (rc != 0) return oobx_fail(NULL, rc, "OOBX_COMM_ID: %s", why);
+    } else {
+        topo_request_t req = {.ifname_spec = s.socket_ifname, .family = s.socket_family,
+                              .allow_linklocal = s.socket_linklocal, .pci_target = s.topo_pci[0] ? s.topo_pci : NULL};
+        topo_if_t ifc;
+        rc = topo_pick_if(&req, &ifc, why, sizeof(why));
+        if (rc != 0) return oobx_fail(NULL, rc, "oobx_get_unique_id: no interface for the root: %s", why);
+        memcpy(&bind_addr, &ifc.addr, ifc.addrlen);
+        sock_addr_set_port(&bind_addr, 0);
+    }
+    root_handle_t h;
+    rc = root_start(&bind_addr, oobx_random64(), &s, &h, why, sizeof(why));
+    if (rc != 0) return oobx_fail(NULL, rc, "oobx_get_unique_id: cannot start a root: %s", why);
+    root_handle_encode(&h, id);
+    return 0;
+}
+
+int oobx_comm_init(oobx_comm_t *comm, int nranks, int rank, int nids, const oobx_unique_id_t *ids,
+                   const oobx_config_t *cfg)
+{
+    if (!comm) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: comm is NULL");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: rank %d of %d is out of range", rank, nranks);
+    if (nids < 1 || nids > nranks || !ids)
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: rank %d: %d unique ids for %d ranks (1..nranks allowed, ids not NULL)",
+                         rank, nids, nranks);
+    oobx_settings_t s;
+    int rc = oobx_settings_load(&s, cfg);
+    if (rc != 0) return rc;
+    root_handle_t *roots = calloc((size_t)nids, sizeof(*roots));
+    if (!roots) return oobx_fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nids; i++) {
+        char why[300];
+        rc = root_handle_decode(&ids[i], &roots[i], why, sizeof(why));
+        if (rc != 0) {
+            free(roots);
+            return oobx_fail(NULL, rc, "oobx_comm_init: rank %d: unique id %d: %s", rank, i, why);
+        }
+    }
+    rc = init_common(comm, nranks, rank, nids, roots, &s, cfg, 0);
+    free(roots);
+    return rc;
+}
+
+static int env_int(const char *a, const char *b, int *out)
+{
+    const char *v = getenv(a);
+    if (!v && b) v = getenv(b);
+    if (!v) return 0;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || end == v) return -1;
+    *out = (int)x;
+    return 1;
+}
+
+int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
+{
+    if (!comm) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init_from_env: comm is NULL");
+    static const char *const pairs[][3] = {
+        {"OOBX_RANK", "OOBX_NRANKS", "oobx"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
+        {"PMI_RANK", "PMI_SIZE", "PMI"},
+        {"RANK", "WORLD_SIZE", "torchrun"},
+    };
+    int rank = -1, nranks = -1;
+    const char *from = NULL;
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE(pairs); i++) {
+        int a = env_int(pairs[i][0], NULL, &rank), b = env_int(pairs[i][1], NULL, &nranks);
+        if (a < 0 || b < 0)
+            return oobx_fail(NULL, OOBX_ERR_INVALID, "%s=%s / %s=%s are not numbers", pairs[i][0],
+                             getenv(pairs[i][0]) ? getenv(pairs[i][0]) : "", pairs[i][1],
+                             getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "");
+        if (a && b) {
+            from = pairs[i][2];
+            break;
+        }
+        rank = nranks = -1;
+    }
+    if (!from)
+        return oobx_fail(NULL, OOBX_ERR_INVALID,
+                         "oobx_comm_init_from_env: no rank and size in the environment (OOBX_RANK/OOBX_NRANKS, "
+                         "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE or RANK/WORLD_SIZE)");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "rank %d of %d from %s is out of range", rank, nranks, from);
+    oobx_settings_t s;
+    int rc = oobx_settings_load(&s, cfg);
+    if (rc != 0) return rc;
+    char list[1024];
+    if (s.comm_id[0]) {
+        snprintf(list, sizeof(list), "%s", s.comm_id);
+    } else if (getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
+        /* torchrun's store holds MASTER_PORT itself: the root takes the next port */
+        int port = atoi(getenv("MASTER_PORT")) + 1;
+        const char *host = getenv("MASTER_ADDR");
+        snprintf(list, sizeof(list), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    } else {
+        return oobx_fail(NULL, OOBX_ERR_INVALID,
+                         "rank %d: no root address: set OOBX_COMM_ID=host:port[,host:port...] (or MASTER_ADDR and MASTER_PORT)",
+                         rank);
+    }
+    int nids = 1;
+    for (const char *p = list; *p; p++)
+        if (*p == ',') nids++;
+    if (nids > nranks)
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %d roots for %d ranks", nids, nranks);
+    /* the magic: from the addresses and the job, the same on every rank */
+    const char *job = s.job_key[0] ? s.job_key : getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "";
+    uint64_t magic = oobx_hash64(list, strlen(list), oobx_hash64(job, strlen(job), 0x6f6f6278ull));
+    magic = oobx_mix64(magic, (uint64_t)nranks);
+    root_handle_t *roots = calloc((size_t)nids, sizeof(*roots));
+    oobx_unique_id_t *ids = calloc((size_t)nids, sizeof(*ids));
+    if (!roots || !ids) {
+        free(roots);
+        free(ids);
+        return oobx_fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    }
+    char *save = NULL;
+    int i = 0;
+    uint64_t hosted = 0;
+    for (char *tok = strtok_r(list, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save), i++) {
+        char why[600];
+        rc = sock_addr_parse(tok, s.socket_family, &roots[i].addr, why, sizeof(why));
+        if (rc != 0) {
+            rc = oobx_fail(NULL, rc, "OOBX_COMM_ID entry %d: %s", i, why);
+            break;
+        }
+        roots[i].magic = oobx_mix64(magic, (uint64_t)i);
+        if (rank == root_first_rank(i, nranks, nids)) {
+            root_handle_t h;
+            rc = root_start(&roots[i].addr, roots[i].magic, &s, &h, why, sizeof(why));
+            if (rc != 0) {
+                rc = oobx_fail(NULL, rc, "rank %d cannot host root %d at %s: %s", rank, i, tok, why);
+                break;
+            }
+            hosted = roots[i].magic;
+        }
+    }
+    if (rc == 0) rc = init_common(comm, nranks, rank, nids, roots, &s, cfg, hosted);
+    free(roots);
+    free(ids);
+    return rc;
+}
+
+/* ---- queries ---- */
+
+int oobx_comm_rank(oobx_comm_t c, int *rank)
+{
+    if (!c || !rank) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_rank: NULL argument");
+    *rank = c->rank;
+    return 0;
+}
+
+int oobx_comm_size(oobx_comm_t c, int *nranks)
+{
+    if (!c || !nranks) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_size: NULL argument");
+    *nranks = c->nranks;
+    return 0;
+}
+
+const char *oobx_comm_transport(oobx_comm_t c)
+{
+    return c ? c->transport : NULL;
+}
+
+int oobx_comm_get_init_timings(oobx_comm_t c, oobx_init_timings_t *t)
+{
+    if (!c || !t) return OOBX_ERR_INVALID;
+    *t = c->timings;
+    return 0;
+}
+
+int oobx_debug_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+/* ---- p2p ---- */
+
+typedef struct one_req {
+    oobx_rreq_t *r;
+    oobx_sreq_t *s;
+} one_req_t;
+
+static int one_done(void *arg)
+{
+    one_req_t *o = arg;
+    return o->r ? o->r->done : o->s->tp.done;
+}
+
+static uint64_t p2p_tag(int tag)
+{
+    return (uint64_t)(uint32_t)tag;
+}
+
+int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
+{
+    int rc = check_comm(c, "oobx_send");
+    if (rc) return rc;
+    if (peer < 0 || peer >= c->nranks)
+        return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: peer %d is not in 0..%d", c->rank, peer,
+                         c->nranks - 1);
+    if (!buf && bytes) return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: buf is NULL", c->rank);
+    oobx_sreq_t *s = malloc(sizeof(*s));
+    if (!s) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    pthread_mutex_lock(&c->ep->lock);
+    rc = ep_isend(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, bytes, s);
+    if (rc == 0) {
+        one_req_t o = {NULL, s};
+        uint64_t t0 = oobx_now_ns();
+        rc = ep_wait(c, one_done, &o, oobx_deadline(c->settings.timeout_ms));
+        char who[160];
+        comm_peer_name(c, peer, who, sizeof(who));
+        if (rc != 0) {
+            rc = comm_wait_error(c, rc, "oobx_send of %zu bytes (tag %d) from rank %d to %s after %.0f ms", bytes, tag,
+                                 c->rank, who, (oobx_now_ns() - t0) / 1e6);
+            ep_adopt(c->ep, s);
+            s = NULL;
+        } else if (s->tp.status) {
+            const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
+            rc = oobx_fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->rank, who,
+                           why ? why : oobx_strerror(s->tp.status));
+        }
+    }
+    pthread_mutex_unlock(&c->ep->lock);
+    free(s);
+    return rc;
+}
+
+int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size_t *received)
+{
+    int rc = check_comm(c, "oobx_recv");
+    if (rc) return rc;
+    if (peer < 0 || peer >= c->nranks)
+        return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: peer %d is not in 0..%d", c->rank, peer,
+                         c->nranks - 1);
+    if (!buf && capacity) return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: buf is NULL", c->rank);
+    oobx_rreq_t *r = malloc(sizeof(*r));
+    if (!r) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    char who[160];
+    pthread_mutex_lock(&c->ep->lock);
+    comm_peer_name(c, peer, who, sizeof(who));
+    rc = ep_irecv(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, capacity, r);
+    if (rc == 0) {
+        one_req_t o = {r, NULL};
+        uint64_t t0 = oobx_now_ns();
+        rc = ep_wait(c, one_done, &o, oobx_deadline(c->settings.timeout_ms));
+        if (rc != 0) {
+            rc = comm_wait_error(c, rc, "oobx_recv at rank %d from %s (tag %d, capacity %zu) after %.0f ms", c->rank,
+                                 who, tag, capacity, (oobx_now_ns() - t0) / 1e6);
+            if (ep_cancel_recv(c, OOBX_MSG_P2P, p2p_tag(tag), r)) {
+                ep_adopt(c->ep, r);
+                r = NULL;
+            }
+        } else if (r->status == OOBX_ERR_TRUNCATED) {
+            rc = oobx_fail(&c->log, OOBX_ERR_TRUNCATED,
+                           "oobx_recv at rank %d: the message from %s (tag %d) has %zu bytes, more than the capacity %zu",
+                           c->rank, who, tag, r->msg_len, capacity);
+        } else if (r->status) {
+            const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
+            rc = oobx_fail(&c->log, r->status, "oobx_recv at rank %d from %s (tag %d): %s", c->rank, who, tag,
+                           why ? why : oobx_strerror(r->status));
+        } else if (!received && r->received != capacity) {
+            rc = oobx_fail(&c->log, OOBX_ERR_TRUNCATED,
+                           "oobx_recv at rank %d: the message from %s (tag %d) has %zu bytes but %zu were expected (pass "
+                           "`received` to accept shorter messages)",
+                           c->rank, who, tag, r->received, capacity);
+        } else if (received) {
+            *received = r->received;
+        }
+    }
+    pthread_mutex_unlock(&c->ep->lock);
+    free(r);
+    return rc;
+}
+
+/* ---- collectives ---- */
+
+static uint32_t group_seq(struct oobx_comm *c, uint64_t gid)
+{
+    for (int i = 0; i < c->ngseq; i++)
+        if (c->gseq[i].gid == gid) return c->gseq[i].seq++;
+    if (c->ngseq == c->capgseq) {
+        int cap = c->capgseq ? c->capgseq * 2 : 8;
+        void *n = realloc(c->gseq, (size_t)cap * sizeof(*c->gseq));
+        if (!n) return 0;
+        c->gseq = n;
+        c->capgseq = cap;
+    }
+    c->gseq[c->ngseq].gid = gid;
+    c->gseq[c->ngseq].seq = 1;
+    c->ngseq++;
+    return 0;
+}
+
+static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int n, coll_group_t *g)
+{
+    if (!ranks || n < 1 || n > c->nranks)
+        return oobx_fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: %d ranks in the group (1..%d allowed, ranks not NULL)",
+                         fn, c->rank, n, c->nranks);
+    int me = -1;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= c->nranks)
+            return oobx_fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: group entry %d is rank %d, not in 0..%d", fn,
+                             c->rank, i, ranks[i], c->nranks - 1);
+        if (ranks[i] == c->rank) me = i;
+    }
+    if (me < 0)
+        return oobx_fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d is not in the group it was called with", fn, c->rank);
+    uint64_t gid = oobx_hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0xffffffull;
+    if (gid == 0) gid = 1;
+    g->n = n;
+    g->me = me;
+    g->members = ranks;
+    g->gid = gid;
+    g->seq = group_seq(c, gid);
+    return 0;
+}
+
+static coll_group_t whole(struct oobx_comm *c)
+{
+    coll_group_t g = {.n = c->nranks, .me = c->rank, .members = NULL, .gid = 0, .seq = c->coll_seq++};
+    return g;
+}
+
+#define COLL_ENTER(fn)                        \
+    int rc = check_comm(c, fn);               \
+    if (rc) return rc;                        \
+    pthread_mutex_lock(&c->ep->lock)
+#define COLL_LEAVE()                      \
+    pthread_mutex_unlock(&c->ep->lock);   \
+    return rc
+
+int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
+{
+    COLL_ENTER("oobx_allgather");
+    if (!buf && bpr) rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->rank);
+    coll_group_t g = whole(c);
+    if (rc == 0) rc = coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
+    COLL_LEAVE();
+}
+
+int oobx_barrier(oobx_comm_t c)
+{
+    COLL_ENTER("oobx_barrier");
+    coll_group_t g = whole(c);
+    rc = coll_barrier(c, &g);
+    COLL_LEAVE();
+}
+
+int oobx_bcast(oobx_comm_t c, int root, void *buf, size_t bytes)
+{
+    COLL_ENTER("oobx_bcast");
+    if (root < 0 || root >= c->nranks)
+        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: root %d is not in 0..%d", c->rank, root,
+                       c->nranks - 1);
+    else if (!buf && bytes)
+        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: buf is NULL", c->rank);
+    coll_group_t g = whole(c);
+    if (rc == 0) rc = coll_bcast(c, &g, root, buf, bytes);
+    COLL_LEAVE();
+}
+
+int oobx_group_allgather(oobx_comm_t c, const int *ranks, int n, void *buf, size_t bpr)
+{
+    COLL_ENTER("oobx_group_allgather");
+    coll_group_t g;
+    rc = make_group(c, "oobx_group_allgather", ranks, n, &g);
+    if (rc == 0 && !buf && bpr)
+        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_group_allgather: rank %d: buf is NULL", c->rank);
+    if (rc == 0) rc = coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
+    COLL_LEAVE();
+}
+
+int oobx_group_barrier(oobx_comm_t c, const int *ranks, int n)
+{
+    COLL_ENTER("oobx_group_barrier");
+    coll_group_t g;
+    rc = make_group(c, "oobx_group_barrier", ranks, n, &g);
+    if (rc == 0) rc = coll_barrier(c, &g);
+    COLL_LEAVE();
+}
+
+int oobx_group_bcast(oobx_comm_t c, const int *ranks, int n, int root_index, void *buf, size_t bytes)
+{
+    COLL_ENTER("oobx_group_bcast");
+    coll_group_t g;
+    rc = make_group(c, "oobx_group_bcast", ranks, n, &g);
+    if (rc == 0 && (root_index < 0 || root_index >= n))
+        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: root index %d is not in 0..%d", c->rank,
+                       root_index, n - 1);
+    if (rc == 0 && !buf && bytes)
+        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: buf is NULL", c->rank);
+    if (rc == 0) rc = coll_bcast(c, &g, root_index, buf, bytes);
+    COLL_LEAVE();
+}
+
+/* ---- split ---- */
+
+typedef struct split_entry {
+    int color, key, rank;
+} split_entry_t;
+
+static int split_cmp(const void *a, const void *b)
+{
+    const split_entry_t *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
+{
+    struct oobx_comm *c = parent;
+    if (!child) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_split: child is NULL");
+    COLL_ENTER("oobx_comm_split");
+    int32_t *all = malloc((size_t)c->nranks * 2 * sizeof(int32_t));
+    split_entry_t *mine = malloc((size_t)c->nranks * sizeof(*mine));
+    struct oobx_comm *k = NULL;
+    uint32_t split_no = c->split_seq++;
+    if (!all || !mine) rc = oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    if (rc == 0) {
+        all[2 * c->rank] = color < 0 ? -1 : color;
+        all[2 * c->rank + 1] = key;
+        coll_group_t g = whole(c);
+        rc = coll_allgather(c, &g, all, 2 * sizeof(int32_t), "auto");
+    }
+    int n = 0;
+    if (rc == 0 && color >= 0) {
+        for (int r = 0; r < c->nranks; r++)
+            if (all[2 * r] == color) mine[n++] = (split_entry_t){color, all[2 * r + 1], r};
+        qsort(mine, (size_t)n, sizeof(*mine), split_cmp);
+        k = comm_alloc(&c->settings);
+        if (k) k->ep_rank = malloc((size_t)n * sizeof(int));
+        if (!k || !k->ep_rank) {
+            rc = oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+        } else {
+            for (int i = 0; i < n; i++) {
+                k->ep_rank[i] = comm_ep_rank(c, mine[i].rank);
+                if (mine[i].rank == c->rank) k->rank = i;
+            }
+            k->nranks = n;
+            k->ep = c->ep;
+            c->ep->refs++;
+            k->user_abort = c->user_abort;
+            k->ctx = oobx_mix64(oobx_mix64(c->ctx, split_no + 1ull), (uint64_t)(uint32_t)color);
+            snprintf(k->transport, sizeof(k->transport), "%s", c->transport);
+            char prefix[96];
+            snprintf(prefix, sizeof(prefix), "rank %d/%d (split %u color %d of rank %d)", k->rank, n, split_no, color,
+                     c->rank);
+            oobx_log_open(&k->log, &c->settings, prefix);
+        }
+    }
+    pthread_mutex_unlock(&c->ep->lock);
+    free(all);
+    free(mine);
+    if (rc != 0) {
+        comm_free(k);
+        return rc;
+    }
+    *child = k;
+    return 0;
+}
+
+/* ---- abort and destroy ---- */
+
+int oobx_comm_abort(oobx_comm_t c)
+{
+    if (!c) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_abort: communicator is NULL");
+    atomic_store(&c->aborted, 1);
+    /* wake the thread that sleeps in poll() and those on the condition */
+    uint64_t one = 1;
+    ssize_t w = write(c->ep->wake_fd, &one, sizeof(one));
+    (void)w;
+    pthread_mutex_lock(&c->ep->lock);
+    pthread_cond_broadcast(&c->ep->cond);
+    pthread_mutex_unlock(&c->ep->lock);
+    return 0;
+}
+
+int oobx_comm_destroy(oobx_comm_t c)
+{
+    if (!c) return 0;
+    uint64_t hosted = c->root_magic;
+    ep_release(c->ep);
+    comm_free(c);
+    root_registry_reap(hosted, hosted ? 200 : 0);
+    return 0;
+}

@@ -1,0 +1,518 @@
+/* The endpoint: tag matching, the unexpected queue, and the progress engine. */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "util.h"
+
+struct oobx_mq {
+    oobx_mq_t *next;
+    uint64_t ctx, tag;
+    int src;
+    uint32_t kind;
+    oobx_rreq_t *rq_head, *rq_tail; /* posted receives, FIFO */
+    oobx_ux_t *ux_head, *ux_tail;   /* unexpected messages, FIFO */
+};
+
+static size_t mq_hash(const oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag)
+{
+    uint64_t h = oobx_mix64(ctx ^ ((uint64_t)kind << 56), tag ^ ((uint64_t)(uint32_t)src << 20));
+    return (size_t)h & (ep->nbuckets - 1);
+}
+
+static oobx_mq_t *mq_find(oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag, int create)
+{
+    size_t b = mq_hash(ep, ctx, kind, src, tag);
+    for (oobx_mq_t *q = ep->buckets[b]; q; q = q->next)
+        if (q->ctx == ctx && q->tag == tag && q->src == src && q->kind == kind) return q;
+    if (!create) return NULL;
+    oobx_mq_t *q = calloc(1, sizeof(*q));
+    if (!q) return NULL;
+    q->ctx = ctx;
+    q->tag = tag;
+    q->src = src;
+    q->kind = kind;
+    q->next = ep->buckets[b];
+    ep->buckets[b] = q;
+    ep->nqueues++;
+    return q;
+}
+
+static void mq_drop_if_empty(oobx_ep_t *ep, oobx_mq_t *q)
+{
+    if (q->rq_head || q->ux_head) return;
+    size_t b = mq_hash(ep, q->ctx, q->kind, q->src, q->tag);
+    for (oobx_mq_t **pp = &ep->buckets[b]; *pp; pp = &(*pp)->next)
+        if (*pp == q) {
+            *pp = q->next;
+            free(q);
+            ep->nqueues--;
+            return;
+        }
+}
+
+static void inflight_add(oobx_ep_t *ep, void *p)
+{
+    if (ep->ninflight == ep->capinflight) {
+        size_t cap = ep->capinflight ? ep->capinflight * 2 : 64;
+        void **n = realloc(ep->inflight, cap * sizeof(*n));
+        if (!n) return; /* only peer-failure bookkeeping is lost */
+        ep->inflight = n;
+        ep->capinflight = cap;
+    }
+    ep->inflight[ep->ninflight++] = p;
+}
+
+static void inflight_del(oobx_ep_t *ep, void *p)
+{
+    for (size_t i = ep->ninflight; i-- > 0;)
+        if (ep->inflight[i] == p) {
+            ep->inflight[i] = ep->inflight[--ep->ninflight];
+            return;
+        }
+}
+
+static void rreq_complete(oobx_rreq_t *r, size_t len, int status)
+{
+    r->received = len;
+    r->status = status;
+    r->done = 1;
+}
+
+/* ---- the sink: called by the transport with the lock held ---- */
+
+static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
+{
+    oobx_ep_t *ep = core;
+    oobx_mq_t *q = mq_find(ep, hdr->ctx, hdr->kind, hdr->src, hdr->tag, 0);
+    if (q && q->rq_head) {
+        oobx_rreq_t *r = q->rq_head;
+        q->rq_head = r->next;
+        if (!q->rq_head) q->rq_tail = NULL;
+        mq_drop_if_empty(ep, q);
+        r->next = r->prev = NULL;
+        r->msg_len = hdr->len;
+        *cookie = r;
+        inflight_add(ep, r);
+        if (hdr->len <= r->cap) return hdr->len ? r->buf : NULL;
+        /* too large: take it in aside and fail the receive */
+        r->discard = malloc(hdr->len);
+        if (r->discard) return r->discard;
+        /* cannot even drop it in order; the stream must still be consumed */
+        r->discard = malloc(1);
+        return NULL;
+    }
+    oobx_ux_t *u = calloc(1, sizeof(*u));
+    if (!u) return NULL;
+    u->is_ux = 1;
+    u->hdr = *hdr;
+    if (hdr->len) {
+        u->data = malloc(hdr->len);
+        if (!u->data) {
+            free(u);
+            return NULL;
+        }
+    }
+    q = mq_find(ep, hdr->ctx, hdr->kind, hdr->src, hdr->tag, 1);
+    if (!q) {
+        free(u->data);
+        free(u);
+        return NULL;
+    }
+    if (q->ux_tail) q->ux_tail->next = u;
+    else q->ux_head = u;
+    u->prev = q->ux_tail;
+    q->ux_tail = u;
+    *cookie = u;
+    inflight_add(ep, u);
+    return u->data;
+}
+
+static void sink_msg_end(void *core, void *cookie)
+{
+    oobx_ep_t *ep = core;
+    if (!cookie) return;
+    inflight_del(ep, cookie);
+    if (((oobx_rreq_t *)cookie)->is_ux == 0) {
+        oobx_rreq_t *r = cookie;
+        if (r->discard) {
+            free(r->discard);
+            r->discard = NULL;
+            rreq_complete(r, r->msg_len, OOBX_ERR_TRUNCATED);
+        } else {
+            rreq_complete(r, r->msg_len, 0);
+        }
+        return;
+    }
+    oobx_ux_t *u = cookie;
+    u->complete = 1;
+    if (u->waiter) {
+        oobx_rreq_t *r = u->waiter;
+        if (u->hdr.len <= r->cap) {
+            if (u->hdr.len) memcpy(r->buf, u->data, u->hdr.len);
+            rreq_complete(r, u->hdr.len, 0);
+        } else {
+            r->msg_len = u->hdr.len;
+            rreq_complete(r, u->hdr.len, OOBX_ERR_TRUNCATED);
+        }
+        free(u->data);
+        free(u);
+    } else if (u->detached) {
+        free(u->data);
+        free(u);
+    }
+}
+
+static void sink_peer_failed(void *core, int peer, int status, const char *what)
+{
+    oobx_ep_t *ep = core;
+    if (peer < 0 || peer >= ep->nranks) return;
+    if (!ep->failed[peer]) {
+        ep->failed[peer] = status ? status : OOBX_ERR_REMOTE;
+        ep->failed_what[peer] = strdup(what ? what : "failed");
+    }
+    /* posted receives from it */
+    for (size_t b = 0; b < ep->nbuckets; b++) {
+        for (oobx_mq_t *q = ep->buckets[b], *nq; q; q = nq) {
+            nq = q->next;
+            if (q->src != peer) continue;
+            for (oobx_rreq_t *r = q->rq_head; r; r = r->next) rreq_complete(r, 0, ep->failed[peer]);
+            q->rq_head = q->rq_tail = NULL;
+            /* an unexpected message cut short can never complete */
+            for (oobx_ux_t *u = q->ux_head, *nu; u; u = nu) {
+                nu = u->next;
+                if (u->complete) continue;
+                if (u->prev) u->prev->next = u->next;
+                else q->ux_head = u->next;
+                if (u->next) u->next->prev = u->prev;
+                else q->ux_tail = u->prev;
+                inflight_del(ep, u);
+                free(u->data);
+                free(u);
+            }
+            mq_drop_if_empty(ep, q);
+        }
+    }
+    /* receives being written into, and messages that lost their queue */
+    for (size_t i = 0; i < ep->ninflight;) {
+        void *p = ep->inflight[i];
+        if (((oobx_rreq_t *)p)->is_ux == 0) {
+            oobx_rreq_t *r = p;
+            if (r->src == peer) {
+                free(r->discard);
+                r->discard = NULL;
+                rreq_complete(r, 0, ep->failed[peer]);
+                ep->inflight[i] = ep->inflight[--ep->ninflight];
+                continue;
+            }
+        } else {
+            oobx_ux_t *u = p;
+            if (u->hdr.src == peer && u->detached) {
+                if (u->waiter) rreq_complete(u->waiter, 0, ep->failed[peer]);
+                free(u->data);
+                free(u);
+                ep->inflight[i] = ep->inflight[--ep->ninflight];
+                continue;
+            }
+        }
+        i++;
+    }
+    OOBX_DEBUG(ep->log, "peer %d failed: %s", peer, what);
+}
+
+oobx_tp_sink_t ep_sink(oobx_ep_t *ep)
+{
+    oobx_tp_sink_t s = {.core = ep, .msg_begin = sink_msg_begin, .msg_end = sink_msg_end,
+                        .peer_failed = sink_peer_failed};
+    return s;
+}
+
+/* ---- life cycle ---- */
+
+int ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out)
+{
+    oobx_ep_t *ep = calloc(1, sizeof(*ep));
+    if (!ep) return OOBX_ERR_NOMEM;
+    pthread_mutex_init(&ep->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ep->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    ep->refs = 1;
+    ep->log = log;
+    ep->spin_us = s->spin_us;
+    ep->nbuckets = 1024;
+    ep->buckets = calloc(ep->nbuckets, sizeof(*ep->buckets));
+    ep->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!ep->buckets || ep->wake_fd < 0) {
+        int rc = ep->wake_fd < 0 ? oobx_fail(log, OOBX_ERR_SYSTEM, "eventfd: %s", strerror(errno)) : OOBX_ERR_NOMEM;
+        ep_release(ep);
+        return rc;
+    }
+    *out = ep;
+    return 0;
+}
+
+/* Call with nranks known, before the transport starts. */
+int ep_set_size(oobx_ep_t *ep, int rank, int nranks);
+int ep_set_size(oobx_ep_t *ep, int rank, int nranks)
+{
+    ep->rank = rank;
+    ep->nranks = nranks;
+    ep->failed = calloc((size_t)nranks, sizeof(*ep->failed));
+    ep->failed_what = calloc((size_t)nranks, sizeof(*ep->failed_what));
+    return ep->failed && ep->failed_what ? 0 : OOBX_ERR_NOMEM;
+}
+
+void ep_release(oobx_ep_t *ep)
+{
+    if (!ep) return;
+    pthread_mutex_lock(&ep->lock);
+    int last = --ep->refs == 0;
+    pthread_mutex_unlock(&ep->lock);
+    if (!last) return;
+    if (ep->tp) ep->tp->ops->destroy(ep->tp);
+    for (size_t b = 0; ep->buckets && b < ep->nbuckets; b++) {
+        for (oobx_mq_t *q = ep->buckets[b], *nq; q; q = nq) {
+            nq = q->next;
+            for (oobx_ux_t *u = q->ux_head, *nu; u; u = nu) {
+                nu = u->next;
+                free(u->data);
+                free(u);
+            }
+            free(q);
+        }
+    }
+    /* uxs still being written, with a waiter, are out of every queue */
+    for (size_t i = 0; i < ep->ninflight; i++) {
+        oobx_ux_t *u = ep->inflight[i];
+        if (u->is_ux && u->detached) {
+            free(u->data);
+            free(u);
+        } else if (!u->is_ux) {
+            free(((oobx_rreq_t *)ep->inflight[i])->discard);
+        }
+    }
+    free(ep->inflight);
+    free(ep->buckets);
+    for (size_t i = 0; i < ep->ngraveyard; i++) free(ep->graveyard[i]);
+    free(ep->graveyard);
+    for (int r = 0; ep->failed_what && r < ep->nranks; r++) free(ep->failed_what[r]);
+    free(ep->failed_what);
+    free(ep->failed);
+    if (ep->wake_fd >= 0) close(ep->wake_fd);
+    pthread_cond_destroy(&ep->cond);
+    pthread_mutex_destroy(&ep->lock);
+    free(ep);
+}
+
+const char *ep_failed_what(oobx_ep_t *ep, int peer)
+{
+    return peer >= 0 && peer < ep->nranks ? ep->failed_what[peer] : NULL;
+}
+
+/* ---- posting ---- */
+
+static void wake_poller(oobx_ep_t *ep)
+{
+    if (ep->poller) {
+        uint64_t one = 1;
+        ssize_t w = write(ep->wake_fd, &one, sizeof(one));
+        (void)w;
+    }
+}
+
+int ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
+             oobx_sreq_t *req)
+{
+    oobx_ep_t *ep = c->ep;
+    int dst = comm_ep_rank(c, peer);
+    oobx_msg_hdr_t h = {.ctx = c->ctx, .tag = tag, .len = len, .src = ep->rank, .kind = kind};
+    req->peer = peer;
+    req->tp.done = 0;
+    req->tp.status = 0;
+    if (dst == ep->rank) {
+        void *cookie = NULL;
+        void *d = sink_msg_begin(ep, &h, &cookie);
+        if (!cookie) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory for a message of %zu bytes to self", len);
+        if (len && d) memcpy(d, buf, len);
+        sink_msg_end(ep, cookie);
+        req->tp.done = 1;
+        return 0;
+    }
+    if (ep->failed[dst]) {
+        char who[160];
+        comm_peer_name(c, peer, who, sizeof(who));
+        return oobx_fail(&c->log, ep->failed[dst], "cannot send to %s: %s", who, ep->failed_what[dst]);
+    }
+    int rc = ep->tp->ops->send(ep->tp, dst, &h, buf, &req->tp);
+    if (rc != 0) return rc;
+    wake_poller(ep);
+    return 0;
+}
+
+int ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *r)
+{
+    oobx_ep_t *ep = c->ep;
+    int src = comm_ep_rank(c, peer);
+    memset(r, 0, sizeof(*r));
+    r->src = src;
+    r->buf = buf;
+    r->cap = cap;
+    oobx_mq_t *q = mq_find(ep, c->ctx, kind, src, tag, 1);
+    if (!q) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory posting a receive");
+    if (q->ux_head) {
+        oobx_ux_t *u = q->ux_head;
+        q->ux_head = u->next;
+        if (q->ux_head) q->ux_head->prev = NULL;
+        else q->ux_tail = NULL;
+        mq_drop_if_empty(ep, q);
+        if (!u->complete) {
+            u->waiter = r; /* finished by msg_end */
+            u->detached = 1;
+            u->next = u->prev = NULL;
+            return 0;
+        }
+        if (u->hdr.len <= cap) {
+            if (u->hdr.len) memcpy(buf, u->data, u->hdr.len);
+            rreq_complete(r, u->hdr.len, 0);
+        } else {
+            r->msg_len = u->hdr.len;
+            rreq_complete(r, u->hdr.len, OOBX_ERR_TRUNCATED);
+        }
+        free(u->data);
+        free(u);
+        return 0;
+    }
+    if (ep->failed[src]) {
+        mq_drop_if_empty(ep, q);
+        rreq_complete(r, 0, ep->failed[src]);
+        return 0;
+    }
+    if (q->rq_tail) q->rq_tail->next = r;
+    else q->rq_head = r;
+    r->prev = q->rq_tail;
+    q->rq_tail = r;
+    return 0;
+}
+
+int ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *r)
+{
+    oobx_ep_t *ep = c->ep;
+    if (r->done) return 0;
+    oobx_mq_t *q = mq_find(ep, c->ctx, kind, r->src, tag, 0);
+    if (q) {
+        for (oobx_rreq_t *x = q->rq_head; x; x = x->next) {
+            if (x != r) continue;
+            if (x->prev) x->prev->next = x->next;
+            else q->rq_head = x->next;
+            if (x->next) x->next->prev = x->prev;
+            else q->rq_tail = x->prev;
+            mq_drop_if_empty(ep, q);
+            r->done = 1;
+            r->status = OOBX_ERR_ABORTED;
+            return 0;
+        }
+    }
+    /* being written by the transport, or waiting on an unexpected message */
+    for (size_t i = 0; i < ep->ninflight; i++) {
+        void *p = ep->inflight[i];
+        if (p == r) {
+            /* the transport still writes into it: r must outlive the message */
+            r->done = 1;
+            r->status = OOBX_ERR_ABORTED;
+            return 1;
+        }
+        oobx_ux_t *u = p;
+        if (u->is_ux && u->waiter == r) {
+            u->waiter = NULL;
+            /* nobody wants it now: it is freed when it completes */
+            u->next = u->prev = NULL;
+            r->done = 1;
+            r->status = OOBX_ERR_ABORTED;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+void ep_adopt(oobx_ep_t *ep, void *p)
+{
+    if (!p) return;
+    void **n = realloc(ep->graveyard, (ep->ngraveyard + 1) * sizeof(*n));
+    if (!n) return; /* leaking is the safe side here */
+    ep->graveyard = n;
+    ep->graveyard[ep->ngraveyard++] = p;
+}
+
+/* ---- waiting ---- */
+
+static int cancel_check(struct oobx_comm *c)
+{
+    if (atomic_load(&c->aborted)) return OOBX_ERR_ABORTED;
+    if (c->user_abort && *c->user_abort) return OOBX_ERR_ABORTED;
+    return 0;
+}
+
+int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns)
+{
+    oobx_ep_t *ep = c->ep;
+    oobx_tp_t *tp = ep->tp;
+    for (;;) {
+        if (done(arg)) return 0;
+        int rc = cancel_check(c);
+        if (rc) return rc;
+        if (deadline_ns != UINT64_MAX && oobx_now_ns() >= deadline_ns) return OOBX_ERR_TIMEOUT;
+        if (ep->poller) {
+            /* another thread polls for us; it broadcasts after each round */
+            int ms = oobx_ms_left(deadline_ns, c->user_abort ? 50 : 1000);
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000ull;
+            ts.tv_sec += (time_t)(ns / 1000000000ull);
+            ts.tv_nsec = (long)(ns % 1000000000ull);
+            pthread_cond_timedwait(&ep->cond, &ep->lock, &ts);
+            continue;
+        }
+        ep->poller = 1;
+        tp->ops->progress(tp);
+        if (!done(arg) && ep->spin_us > 0) {
+            uint64_t until = oobx_now_ns() + (uint64_t)ep->spin_us * 1000ull;
+            while (!done(arg) && oobx_now_ns() < until) {
+                pthread_mutex_unlock(&ep->lock);
+                pthread_mutex_lock(&ep->lock);
+                tp->ops->progress(tp);
+            }
+        }
+        if (!done(arg) && !cancel_check(c)) {
+            struct pollfd fds[16];
+            int nfds = 0;
+            int ms = oobx_ms_left(deadline_ns, c->user_abort ? 50 : 1000);
+            int busy = tp->ops->wait_prepare(tp, fds + 1, 15, &nfds, &ms);
+            if (!busy) {
+                fds[0].fd = ep->wake_fd;
+                fds[0].events = POLLIN;
+                pthread_mutex_unlock(&ep->lock);
+                int n = poll(fds, (nfds_t)nfds + 1, ms);
+                pthread_mutex_lock(&ep->lock);
+                if (n > 0 && (fds[0].revents & POLLIN)) {
+                    uint64_t v;
+                    ssize_t r = read(ep->wake_fd, &v, sizeof(v));
+                    (void)r;
+                }
+            }
+            tp->ops->progress(tp);
+        }
+        ep->poller = 0;
+        ep->gen++;
+        pthread_cond_broadcast(&ep->cond);
+    }
+}

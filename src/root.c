@@ -1,0 +1,746 @@
+#include "root.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "wire.h"
+
+/* ---- block formulas ---------------------------------------------------- */
+
+int root_first_rank(int root, int nranks, int nroots)
+{
+    int per = nranks / nroots, extra = nranks % nroots;
+    return root * per + (root < extra ? root : extra);
+}
+
+int root_of_rank(int rank, int nranks, int nroots)
+{
+    int per = nranks / nroots, extra = nranks % nroots;
+    int big = extra * (per + 1); /* ranks held by the first `extra` roots, one more each */
+    if (rank < big) return rank / (per + 1);
+    return extra + (rank - big) / per;
+}
+
+int root_nranks(int root, int nranks, int nroots)
+{
+    int r = ((root % nroots) + nroots) % nroots;
+    return nranks / nroots + (r < nranks % nroots ? 1 : 0);
+}
+
+int root_local_id(int rank, int root, int nranks, int nroots)
+{
+    int r = ((root % nroots) + nroots) % nroots;
+    return rank - root_first_rank(r, nranks, nroots);
+}
+
+/* ---- unique id ------------------------------------------------------------ */
+
+#define ROOT_ID_MARKER 0x4449584fu /* "OXID" */
+
+void root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id)
+{
+    unsigned char *p = (unsigned char *)id->internal;
+    memset(id, 0, sizeof(*id));
+    oobx_put_u32(p, ROOT_ID_MARKER);
+    oobx_put_u32(p + 4, OOBX_WIRE_VERSION);
+    oobx_put_u64(p + 8, h->magic);
+    oobx_put_u16(p + 16, (uint16_t)h->addr.sa.sa_family);
+    oobx_put_u16(p + 18, (uint16_t)sock_addr_port(&h->addr));
+    if (h->addr.sa.sa_family == AF_INET6) {
+        memcpy(p + 20, &h->addr.sin6.sin6_addr, 16);
+        oobx_put_u32(p + 36, h->addr.sin6.sin6_scope_id);
+    } else {
+        memcpy(p + 20, &h->addr.sin.sin_addr, 4);
+    }
+}
+
+int root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, size_t whylen)
+{
+    const unsigned char *p = (const unsigned char *)id->internal;
+    int zero = 1;
+    for (size_t i = 0; i < sizeof(id->internal); i++)
+        if (p[i]) zero = 0;
+    if (zero) {
+        snprintf(why, whylen, "the unique id is all zeros: was it made by oobx_get_unique_id and given to every rank?");
+        return OOBX_ERR_INVALID;
+    }
+    if (oobx_get_u32(p) != ROOT_ID_MARKER) {
+        snprintf(why, whylen, "not an oobx unique id (marker 0x%08x)", oobx_get_u32(p));
+        return OOBX_ERR_INVALID;
+    }
+    if (oobx_get_u32(p + 4) != OOBX_WIRE_VERSION) {
+        snprintf(why, whylen, "unique id of protocol version %u; this library speaks %u", oobx_get_u32(p + 4),
+                 OOBX_WIRE_VERSION);
+        return OOBX_ERR_MISMATCH;
+    }
+    root_handle_t v;
+    memset(&v, 0, sizeof(v));
+    v.magic = oobx_get_u64(p + 8);
+    int fam = oobx_get_u16(p + 16);
+    int port = oobx_get_u16(p + 18);
+    if (fam == AF_INET) {
+        v.addr.sin.sin_family = AF_INET;
+        memcpy(&v.addr.sin.sin_addr, p + 20, 4);
+    } else if (fam == AF_INET6) {
+        v.addr.sin6.sin6_family = AF_INET6;
+        memcpy(&v.addr.sin6.sin6_addr, p + 20, 16);
+        v.addr.sin6.sin6_scope_id = oobx_get_u32(p + 36);
+    } else {
+        snprintf(why, whylen, "unique id with address family %d", fam);
+        return OOBX_ERR_INVALID;
+    }
+    if (port == 0) {
+        snprintf(why, whylen, "unique id with port 0");
+        return OOBX_ERR_INVALID;
+    }
+    sock_addr_set_port(&v.addr, port);
+    *h = v;
+    return OOBX_SUCCESS;
+}
+
+/* ---- the process-wide registry of root threads ------------------------------ */
+
+typedef struct root_entry {
+    struct root_entry *next;
+    pthread_t thread;
+    uint64_t magic;
+    int finished; /* under registry_lock */
+} root_entry_t;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t registry_cond = PTHREAD_COND_INITIALIZER;
+static root_entry_t *registry_head;
+
+static void registry_finish(root_entry_t *e)
+{
+    pthread_mutex_lock(&registry_lock);
+    e->finished = 1;
+    pthread_cond_broadcast(&registry_cond);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void root_registry_reap(uint64_t magic, int wait_ms)
+{
+    uint64_t deadline = oobx_deadline(wait_ms > 0 ? wait_ms : 0);
+    pthread_mutex_lock(&registry_lock);
+    for (;;) {
+        int waiting = 0;
+        for (root_entry_t **pp = &registry_head; *pp;) {
+            root_entry_t *e = *pp;
+            if (e->finished) {
+                *pp = e->next;
+                pthread_join(e->thread, NULL);
+                free(e);
+                continue;
+            }
+            if (wait_ms > 0 && (magic == 0 || e->magic == magic)) waiting = 1;
+            pp = &e->next;
+        }
+        if (!waiting || oobx_now_ns() >= deadline) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&registry_cond, &registry_lock, &ts);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* ---- the root thread ------------------------------------------------------------ */
+
+enum { RC_HELLO, RC_REPORT, RC_BLOB, RC_WAIT, RC_SEND, RC_DONE };
+
+typedef struct root_conn {
+    int fd;
+    int state;
+    unsigned char in[OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];
+    size_t have, want;
+    unsigned char *out;
+    size_t out_len, out_off;
+    uint64_t hello_deadline;
+    int hello_type;
+    oobx_report_t rep;
+    char peer[96];
+} root_conn_t;
+
+typedef struct root_state {
+    root_entry_t *entry;
+    int listen_fd;
+    uint64_t magic;
+    uint64_t deadline;
+    oobx_log_t log;
+    oobx_ratelimit_t stray_rl;
+    char name[96];
+    /* learnt from the first valid report */
+    int nranks, nroots, iroot, n2send, nrecv;
+    uint32_t tpid;
+    int first_reporter;
+    unsigned char **info;  /* nrecv blobs (NULL: not in yet) */
+    uint32_t *info_len;
+    int *waiting;          /* nrecv: index of the conn awaiting its answer, -1 */
+    char *replied;
+    int nreplied, nin;
+    root_conn_t *conns;
+    int nconns, capconns;
+    uint64_t t_start, t_first, t_all;
+} root_state_t;
+
+static void conn_close(root_state_t *st, int i)
+{
+    root_conn_t *c = &st->conns[i];
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    free(c->out);
+    c->out = NULL;
+    c->state = RC_DONE;
+}
+
+/* Queues a reply on connection i and tries to send it at once. */
+static void conn_reply(root_state_t *st, int i, int status, const void *data, size_t len)
+{
+    root_conn_t *c = &st->conns[i];
+    oobx_reply_t r = {.status = status, .len = (uint32_t)len};
+    c->out = malloc(OOBX_REPLY_BYTES + len);
+    if (!c->out) {
+        conn_close(st, i);
+        return;
+    }
+    oobx_reply_encode(&r, c->out);
+    if (len) memcpy(c->out + OOBX_REPLY_BYTES, data, len);
+    c->out_len = OOBX_REPLY_BYTES + len;
+    c->out_off = 0;
+    c->state = RC_SEND;
+    ssize_t n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) c->out_off = (size_t)n;
+    if (c->out_off == c->out_len) conn_close(st, i);
+    else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        OOBX_WARN(&st->log, "root %s: reply to %s failed: %s", st->name, c->peer, strerror(errno));
+        conn_close(st, i);
+    }
+}
+
+static void conn_error(root_state_t *st, int i, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void conn_error(root_state_t *st, int i, int status, const char *fmt, ...)
+{
+    char text[OOBX_REPLY_TEXT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    OOBX_WARN(&st->log, "root %s: %s", st->name, text);
+    conn_reply(st, i, status, text, strlen(text));
+}
+
+static void answer(root_state_t *st, int local, int next)
+{
+    int ci = st->waiting[local];
+    st->waiting[local] = -1;
+    st->replied[local] = 1;
+    st->nreplied++;
+    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, 0, st->info[next], st->info_len[next]);
+}
+
+static int next_of(const root_state_t *st, int local)
+{
+    return (local + 1) % st->nrecv;
+}
+
+static void take_report(root_state_t *st, int i)
+{
+    root_conn_t *c = &st->conns[i];
+    const oobx_report_t *r = &c->rep;
+    if (st->nranks == 0) {
+        st->nranks = r->nranks;
+        st->nroots = r->nroots;
+        st->iroot = r->iroot;
+        st->tpid = r->tpid;
+        st->first_reporter = r->rank;
+        st->n2send = root_nranks(r->iroot, r->nranks, r->nroots);
+        st->nrecv = st->n2send + (r->nroots > 1 ? 1 : 0);
+        st->info = calloc((size_t)st->nrecv, sizeof(*st->info));
+        st->info_len = calloc((size_t)st->nrecv, sizeof(*st->info_len));
+        st->waiting = malloc((size_t)st->nrecv * sizeof(*st->waiting));
+        st->replied = calloc((size_t)st->nrecv, 1);
+        if (!st->info || !st->info_len || !st->waiting || !st->replied) {
+            conn_error(st, i, OOBX_ERR_NOMEM, "root %s: out of memory for %d ranks", st->name, st->nrecv);
+            st->nranks = 0;
+            return;
+        }
+        for (int k = 0; k < st->nrecv; k++) st->waiting[k] = -1;
+        st->t_first = oobx_now_ns();
+    }
+    if (r->nranks != st->nranks || r->nroots != st->nroots || r->iroot != st->iroot) {
+        conn_error(st, i, OOBX_ERR_MISMATCH,
+                   "rank %d (%s) reports nranks %d, nroots %d, root %d, but rank %d reported nranks %d, nroots %d, "
+                   "root %d: the ranks disagree on the job size or the unique ids",
+                   r->rank, c->peer, r->nranks, r->nroots, r->iroot, st->first_reporter, st->nranks, st->nroots,
+                   st->iroot);
+        return;
+    }
+    if (r->tpid != st->tpid) {
+        static const char *const names[] = {"?", "socket", "ucx", "verbs"};
+        conn_error(st, i, OOBX_ERR_MISMATCH,
+                   "rank %d (%s) uses the %s transport, rank %d uses %s: set OOBX_TRANSPORT the same on every rank",
+                   r->rank, c->peer, names[r->tpid], st->first_reporter, names[st->tpid]);
+        return;
+    }
+    int local = root_local_id(r->rank, st->iroot, st->nranks, st->nroots);
+    int extra = c->hello_type == OOBX_HELLO_ROOT_EXTRA;
+    if (local < 0 || local >= st->nrecv || (extra != (local == st->n2send))) {
+        conn_error(st, i, OOBX_ERR_MISMATCH,
+                   "rank %d (%s) reported to root %d, which serves ranks %d..%d: wrong root for this rank", r->rank,
+                   c->peer, st->iroot, root_first_rank(st->iroot, st->nranks, st->nroots),
+                   root_first_rank(st->iroot, st->nranks, st->nroots) + st->n2send - 1);
+        return;
+    }
+    if (st->info[local]) {
+        conn_error(st, i, OOBX_ERR_MISMATCH, "rank %d (%s) has already checked in with root %d: two processes use rank %d",
+                   r->rank, c->peer, st->iroot, r->rank);
+        return;
+    }
+    st->info[local] = malloc(r->blob_len);
+    if (!st->info[local]) {
+        conn_error(st, i, OOBX_ERR_NOMEM, "root %s: out of memory", st->name);
+        return;
+    }
+    memcpy(st->info[local], c->in + OOBX_REPORT_BYTES, r->blob_len);
+    st->info_len[local] = r->blob_len;
+    st->nin++;
+    OOBX_TRACE(&st->log, "root %s: rank %d checked in (%d/%d)", st->name, r->rank, st->nin, st->nrecv);
+
+    /* the previous rank may have been waiting for this one */
+    int prev = st->nroots > 1 ? local - 1 : (local - 1 + st->nrecv) % st->nrecv;
+    if (prev >= 0 && prev < st->n2send && !st->replied[prev] && st->waiting[prev] >= 0) answer(st, prev, local);
+
+    if (extra) {
+        conn_reply(st, i, 0, NULL, 0); /* an acknowledgement */
+    } else {
+        st->waiting[local] = i;
+        c->state = RC_WAIT;
+        if (st->info[next_of(st, local)]) answer(st, local, next_of(st, local));
+    }
+    if (st->nin == st->nrecv) st->t_all = oobx_now_ns();
+}
+
+/* Reads what is there; returns after the connection changes state or has no more data. */
+static void conn_read(root_state_t *st, int i)
+{
+    root_conn_t *c = &st->conns[i];
+    char why[256];
+    for (;;) {
+        if (c->state == RC_HELLO) c->want = OOBX_HELLO_BYTES;
+        else if (c->state == RC_REPORT) c->want = OOBX_HELLO_BYTES + OOBX_REPORT_BYTES;
+        else if (c->state == RC_BLOB) c->want = OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + c->rep.blob_len;
+        else {
+            /* waiting for its answer: the only thing a client may do is close */
+            char b[64];
+            ssize_t n = recv(c->fd, b, sizeof(b), MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+                OOBX_DEBUG(&st->log, "root %s: %s closed before its answer", st->name, c->peer);
+                for (int k = 0; k < st->nrecv; k++)
+                    if (st->waiting[k] == i) st->waiting[k] = -1;
+                conn_close(st, i);
+            } else if (n > 0) {
+                if (oobx_ratelimit_ok(&st->stray_rl))
+                    OOBX_WARN(&st->log, "root %s: %s sent bytes while waiting; dropped", st->name, c->peer);
+                for (int k = 0; k < st->nrecv; k++)
+                    if (st->waiting[k] == i) st->waiting[k] = -1;
+                conn_close(st, i);
+            }
+            return;
+        }
+        ssize_t n = recv(c->fd, c->in + c->have, c->want - c->have, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            if (c->have && oobx_ratelimit_ok(&st->stray_rl))
+                OOBX_WARN(&st->log, "root %s: %s closed after %zu bytes of its report; dropped", st->name, c->peer,
+                          c->have);
+            conn_close(st, i);
+            return;
+        }
+        if (n < 0) return;
+        c->have += (size_t)n;
+        if (c->have < c->want) return;
+        if (c->state == RC_HELLO) {
+            oobx_hello_t h;
+            int rc = oobx_hello_decode(c->in, c->have, &h, why, sizeof(why));
+            if (rc == 0 && h.type != OOBX_HELLO_ROOT && h.type != OOBX_HELLO_ROOT_EXTRA) {
+                rc = OOBX_ERR_PROTOCOL;
+                snprintf(why, sizeof(why), "connection type %u is not for a root", h.type);
+            }
+            if (rc == 0 && h.comm_magic != st->magic) {
+                conn_error(st, i, OOBX_ERR_MISMATCH,
+                           "rank %d (%s) carries magic %016llx but this root serves %016llx: a wrong unique id, or a "
+                           "second job on the same root address",
+                           h.rank, c->peer, (unsigned long long)h.comm_magic, (unsigned long long)st->magic);
+                return;
+            }
+            if (rc != 0) {
+                if (oobx_ratelimit_ok(&st->stray_rl))
+                    OOBX_WARN(&st->log, "root %s: dropped %s: %s", st->name, c->peer, why);
+                if (rc == OOBX_ERR_MISMATCH) conn_reply(st, i, rc, why, strlen(why));
+                else conn_close(st, i);
+                return;
+            }
+            c->hello_type = h.type;
+            c->state = RC_REPORT;
+        } else if (c->state == RC_REPORT) {
+            int rc = oobx_report_decode(c->in + OOBX_HELLO_BYTES, OOBX_REPORT_BYTES, &c->rep, why, sizeof(why));
+            if (rc != 0) {
+                conn_error(st, i, OOBX_ERR_PROTOCOL, "%s: %s", c->peer, why);
+                return;
+            }
+            c->state = RC_BLOB;
+        } else {
+            memmove(c->in, c->in + OOBX_HELLO_BYTES, OOBX_REPORT_BYTES + c->rep.blob_len);
+            take_report(st, i);
+            return;
+        }
+    }
+}
+
+static void conn_write(root_state_t *st, int i)
+{
+    root_conn_t *c = &st->conns[i];
+    ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) c->out_off += (size_t)n;
+    if (c->out_off == c->out_len || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) conn_close(st, i);
+}
+
+static void accept_all(root_state_t *st)
+{
+    for (;;) {
+        oobx_sockaddr_t peer;
+        socklen_t sl = sizeof(peer);
+        int fd = accept4(st->listen_fd, &peer.sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                if (oobx_ratelimit_ok(&st->stray_rl))
+                    OOBX_WARN(&st->log, "root %s: out of file descriptors; raise ulimit -n", st->name);
+            }
+            return;
+        }
+        if (st->nconns == st->capconns) {
+            int cap = st->capconns ? st->capconns * 2 : 64;
+            root_conn_t *nc = realloc(st->conns, (size_t)cap * sizeof(*nc));
+            if (!nc) {
+                close(fd);
+                return;
+            }
+            st->conns = nc;
+            st->capconns = cap;
+        }
+        root_conn_t *c = &st->conns[st->nconns++];
+        memset(c, 0, offsetof(root_conn_t, in));
+        c->have = 0;
+        c->out = NULL;
+        c->fd = fd;
+        c->state = RC_HELLO;
+        c->hello_deadline = oobx_now_ns() + 10ull * 1000000000ull;
+        sock_addr_format(&peer, c->peer, sizeof(c->peer));
+    }
+}
+
+/* Drops closed connections from the table, keeping indexes in waiting[] right. */
+static void compact(root_state_t *st)
+{
+    int j = 0;
+    for (int i = 0; i < st->nconns; i++) {
+        if (st->conns[i].fd < 0) continue;
+        if (i != j) {
+            st->conns[j] = st->conns[i];
+            for (int k = 0; k < st->nrecv; k++)
+                if (st->waiting[k] == i) st->waiting[k] = j;
+        }
+        j++;
+    }
+    st->nconns = j;
+}
+
+static void fail_waiting(root_state_t *st)
+{
+    char text[OOBX_REPLY_TEXT_MAX];
+    int off = 0, nmiss = 0;
+    int first = st->nranks ? root_first_rank(st->iroot, st->nranks, st->nroots) : 0;
+    if (st->nranks == 0) {
+        off = snprintf(text, sizeof(text), "root %s timed out before any rank reported", st->name);
+    } else {
+        off = snprintf(text, sizeof(text), "root %d (%s) timed out with %d of %d reports; ranks that never checked in:",
+                       st->iroot, st->name, st->nin, st->nrecv);
+        for (int k = 0; k < st->nrecv && off < (int)sizeof(text) - 32; k++) {
+            if (st->info[k]) continue;
+            int r = (first + k) % st->nranks;
+            off += snprintf(text + off, sizeof(text) - (size_t)off, " %d", r);
+            nmiss++;
+        }
+        if (nmiss == 0) snprintf(text + off, sizeof(text) - (size_t)off, " none");
+    }
+    OOBX_WARN(&st->log, "%s", text);
+    for (int k = 0; k < st->nrecv; k++) {
+        int ci = st->waiting[k];
+        if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, OOBX_ERR_TIMEOUT, text, strlen(text));
+        st->waiting[k] = -1;
+    }
+}
+
+static void *root_main(void *arg)
+{
+    root_state_t *st = arg;
+    struct pollfd *pfds = NULL;
+    int cappfds = 0;
+    int timed_out = 0;
+    st->t_start = oobx_now_ns();
+    for (;;) {
+        if (st->nranks && st->nreplied == st->n2send) {
+            /* everybody answered: flush what is still queued, then end */
+            int pending = 0;
+            for (int i = 0; i < st->nconns; i++)
+                if (st->conns[i].fd >= 0 && st->conns[i].state == RC_SEND) pending = 1;
+            if (!pending) break;
+        }
+        uint64_t now = oobx_now_ns();
+        if (!timed_out && now >= st->deadline) {
+            fail_waiting(st);
+            timed_out = 1;
+        }
+        if (timed_out) {
+            int pending = 0;
+            for (int i = 0; i < st->nconns; i++)
+                if (st->conns[i].fd >= 0 && st->conns[i].state == RC_SEND) pending = 1;
+            if (!pending || now >= st->deadline + 2000000000ull) break;
+        }
+        for (int i = 0; i < st->nconns; i++) {
+            root_conn_t *c = &st->conns[i];
+            if (c->fd >= 0 && c->state <= RC_BLOB && now >= c->hello_deadline) {
+                if (oobx_ratelimit_ok(&st->stray_rl))
+                    OOBX_WARN(&st->log, "root %s: %s sent no complete report within 10 s; dropped", st->name, c->peer);
+                conn_close(st, i);
+            }
+        }
+        compact(st);
+        if (cappfds < st->nconns + 1) {
+            cappfds = (st->nconns + 1) * 2;
+            struct pollfd *np = realloc(pfds, (size_t)cappfds * sizeof(*np));
+            if (!np) break;
+            pfds = np;
+        }
+        pfds[0].fd = st->listen_fd;
+        pfds[0].events = timed_out ? 0 : POLLIN;
+        uint64_t wake = st->deadline;
+        for (int i = 0; i < st->nconns; i++) {
+            root_conn_t *c = &st->conns[i];
+            pfds[i + 1].fd = c->fd;
+            pfds[i + 1].events = c->state == RC_SEND ? POLLOUT : POLLIN;
+            if (c->state <= RC_BLOB && c->hello_deadline < wake) wake = c->hello_deadline;
+        }
+        int ms = oobx_ms_left(wake, 1000);
+        int n = poll(pfds, (nfds_t)st->nconns + 1, ms);
+        if (n < 0 && errno != EINTR) break;
+        if (n <= 0) continue;
+        int nc = st->nconns;
+        for (int i = 0; i < nc; i++) {
+            short re = pfds[i + 1].revents;
+            if (!re || st->conns[i].fd < 0) continue;
+            if (st->conns[i].state == RC_SEND) {
+                if (re & (POLLOUT | POLLERR | POLLHUP)) conn_write(st, i);
+            } else {
+                conn_read(st, i);
+            }
+        }
+        if (pfds[0].revents & POLLIN) accept_all(st);
+    }
+    OOBX_INFO(&st->log, "root %s: done, %d/%d reports, %d answered (wait %.3f s, all in %.3f s)", st->name, st->nin,
+              st->nrecv, st->nreplied, st->t_first ? (st->t_first - st->t_start) / 1e9 : 0.0,
+              st->t_all ? (st->t_all - st->t_start) / 1e9 : 0.0);
+    for (int i = 0; i < st->nconns; i++) conn_close(st, i);
+    close(st->listen_fd);
+    free(pfds);
+    free(st->conns);
+    if (st->info)
+        for (int k = 0; k < st->nrecv; k++) free(st->info[k]);
+    free(st->info);
+    free(st->info_len);
+    free(st->waiting);
+    free(st->replied);
+    oobx_log_close(&st->log);
+    root_entry_t *e = st->entry;
+    free(st);
+    registry_finish(e);
+    return NULL;
+}
+
+int root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
+               char *why, size_t whylen)
+{
+    sock_raise_nofile();
+    root_state_t *st = calloc(1, sizeof(*st));
+    root_entry_t *e = calloc(1, sizeof(*e));
+    if (!st || !e) {
+        free(st);
+        free(e);
+        snprintf(why, whylen, "out of memory starting a root");
+        return OOBX_ERR_NOMEM;
+    }
+    oobx_sockaddr_t addr = *bind_addr;
+    int rc = sock_listen(&addr, 16384, &st->listen_fd, why, whylen);
+    if (rc != 0) {
+        free(st);
+        free(e);
+        return rc;
+    }
+    st->magic = magic;
+    st->deadline = oobx_deadline(s->timeout_ms);
+    st->entry = e;
+    sock_addr_format(&addr, st->name, sizeof(st->name));
+    oobx_log_open(&st->log, s, "root");
+    e->magic = magic;
+    /* the thread owns st from here */
+    pthread_mutex_lock(&registry_lock);
+    rc = pthread_create(&e->thread, NULL, root_main, st);
+    if (rc == 0) {
+        e->next = registry_head;
+        registry_head = e;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (rc != 0) {
+        close(st->listen_fd);
+        oobx_log_close(&st->log);
+        free(st);
+        free(e);
+        snprintf(why, whylen, "cannot start the root thread: %s", strerror(rc));
+        return OOBX_ERR_SYSTEM;
+    }
+    out->magic = magic;
+    out->addr = addr;
+    return OOBX_SUCCESS;
+}
+
+/* ---- the rank's side ---------------------------------------------------------- */
+
+static int report_to(const root_client_t *c, int iroot, int as_rank, int type, int *fd_out, char *why, size_t whylen)
+{
+    const root_handle_t *h = &c->roots[iroot];
+    char name[96];
+    sock_addr_format(&h->addr, name, sizeof(name));
+    int fd = -1;
+    char sub[512];
+    int rc = sock_connect_retry(&h->addr, c->cancel, &fd, sub, sizeof(sub));
+    if (rc != 0) {
+        snprintf(why, whylen, "rank %d cannot reach root %d at %s: %s; is the root's process alive, and is OOBX_COMM_ID / the unique id right?",
+                 c->rank, iroot, name, sub);
+        return rc;
+    }
+    unsigned char buf[OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];
+    oobx_hello_t hello = {.proto_magic = OOBX_WIRE_MAGIC, .version = OOBX_WIRE_VERSION, .type = (uint16_t)type,
+                          .comm_magic = h->magic, .rank = as_rank, .nranks = c->nranks};
+    oobx_report_t rep = {.rank = as_rank, .nranks = c->nranks, .iroot = iroot, .nroots = c->nroots,
+                         .tpid = c->tpid, .blob_len = (uint32_t)c->blob_len};
+    oobx_hello_encode(&hello, buf);
+    oobx_report_encode(&rep, buf + OOBX_HELLO_BYTES);
+    memcpy(buf + OOBX_HELLO_BYTES + OOBX_REPORT_BYTES, c->blob, c->blob_len);
+    rc = sock_send_all(fd, buf, OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + c->blob_len, c->cancel, sub, sizeof(sub));
+    if (rc != 0) {
+        close(fd);
+        snprintf(why, whylen, "rank %d reporting to root %d at %s: %s", c->rank, iroot, name, sub);
+        return rc;
+    }
+    *fd_out = fd;
+    return OOBX_SUCCESS;
+}
+
+/* Reads a reply; status 0 fills out/out_len, an error reply becomes why. */
+static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size_t *out_len, char *why, size_t whylen)
+{
+    char name[96], sub[512];
+    sock_addr_format(&c->roots[iroot].addr, name, sizeof(name));
+    unsigned char hdr[OOBX_REPLY_BYTES];
+    int rc = sock_recv_all(fd, hdr, sizeof(hdr), c->cancel, sub, sizeof(sub));
+    if (rc != 0) {
+        snprintf(why, whylen, "rank %d waiting for root %d at %s: %s%s", c->rank, iroot, name, sub,
+                 rc == OOBX_ERR_TIMEOUT ? "; some ranks may not have started, or reported to another root" : "");
+        return rc;
+    }
+    oobx_reply_t r;
+    rc = oobx_reply_decode(hdr, sizeof(hdr), &r, sub, sizeof(sub));
+    if (rc != 0) {
+        snprintf(why, whylen, "rank %d: bad answer from root %d at %s: %s", c->rank, iroot, name, sub);
+        return rc;
+    }
+    char text[OOBX_REPLY_TEXT_MAX + 1];
+    void *dst = r.status == 0 ? out : text;
+    if (r.len) {
+        rc = sock_recv_all(fd, dst, r.len, c->cancel, sub, sizeof(sub));
+        if (rc != 0) {
+            snprintf(why, whylen, "rank %d reading the answer of root %d at %s: %s", c->rank, iroot, name, sub);
+            return rc;
+        }
+    }
+    if (r.status != 0) {
+        text[r.len] = '\0';
+        snprintf(why, whylen, "root %d at %s refused rank %d: %s", iroot, name, c->rank, text);
+        return r.status;
+    }
+    if (out_len) *out_len = r.len;
+    return OOBX_SUCCESS;
+}
+
+int root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s)
+{
+    char why[1400];
+    int myroot = root_of_rank(c->rank, c->nranks, c->nroots);
+    int local = root_local_id(c->rank, myroot, c->nranks, c->nroots);
+    int block = root_nranks(myroot, c->nranks, c->nroots);
+    uint64_t t0 = oobx_now_ns();
+    if (block > c->settings->stagger_threshold && local > 0) {
+        /* spread the first contacts of a big block over time */
+        uint64_t wait_ns = (uint64_t)local * 1000000000ull / (uint64_t)c->settings->stagger_rate;
+        uint64_t until = t0 + wait_ns;
+        while (oobx_now_ns() < until) {
+            int rc = sock_cancelled(c->cancel);
+            if (rc) return oobx_fail(c->log, rc, "rank %d: aborted while staggering its first contact", c->rank);
+            uint64_t left = until - oobx_now_ns();
+            if (left > 50000000ull) left = 50000000ull;
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)left};
+            nanosleep(&ts, NULL);
+        }
+    }
+    *delay_s = (oobx_now_ns() - t0) / 1e9;
+
+    int fd = -1;
+    int rc = report_to(c, myroot, c->rank, OOBX_HELLO_ROOT, &fd, why, sizeof(why));
+    if (rc != 0) return oobx_fail(c->log, rc, "%s", why);
+    if (c->nroots > 1 && local == 0) {
+        /* the first rank of a block is also the successor of the previous block's last rank */
+        int prev_rank = (c->rank - 1 + c->nranks) % c->nranks;
+        int prev_root = root_of_rank(prev_rank, c->nranks, c->nroots);
+        int efd = -1;
+        rc = report_to(c, prev_root, prev_rank + 1, OOBX_HELLO_ROOT_EXTRA, &efd, why, sizeof(why));
+        if (rc == 0) {
+            rc = read_reply(c, prev_root, efd, NULL, NULL, why, sizeof(why));
+            close(efd);
+        }
+        if (rc != 0) {
+            close(fd);
+            return oobx_fail(c->log, rc, "%s", why);
+        }
+    }
+    size_t len = 0;
+    rc = read_reply(c, myroot, fd, next, &len, why, sizeof(why));
+    close(fd);
+    if (rc != 0) return oobx_fail(c->log, rc, "%s", why);
+    if (len == 0)
+        return oobx_fail(c->log, OOBX_ERR_PROTOCOL, "rank %d: root %d answered with an empty address", c->rank, myroot);
+    *next_len = len;
+    return OOBX_SUCCESS;
+}

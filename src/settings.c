@@ -1,0 +1,150 @@
+#include "settings.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "log.h"
+
+#define S_(field) offsetof(oobx_settings_t, field), sizeof(((oobx_settings_t *)0)->field)
+
+const oobx_setting_desc_t oobx_settings_table[] = {
+    {"OOBX_TRANSPORT", "auto", "transport of the ring, allgather and p2p: auto, socket, ucx, verbs (auto: ucx when its module loads and a worker can be made, else socket)", OOBX_SET_STR, S_(transport)},
+    {"OOBX_TIMEOUT_MS", "120000", "bound of each blocking call in ms, init included; -1 waits forever", OOBX_SET_INT, S_(timeout_ms)},
+    {"OOBX_SOCKET_IFNAME", "", "interfaces for sockets: prefix list (eth,ib), ^ excludes (^docker,lo), = exact (=eth0); empty: automatic", OOBX_SET_STR, S_(socket_ifname)},
+    {"OOBX_SOCKET_FAMILY", "", "address family for sockets: AF_INET or AF_INET6 (also 4, 6); empty: either", OOBX_SET_FAMILY, S_(socket_family)},
+    {"OOBX_SOCKET_LINKLOCAL", "0", "1 allows IPv6 link-local addresses", OOBX_SET_BOOL, S_(socket_linklocal)},
+    {"OOBX_COMM_ID", "", "fixed root addresses host:port[,host:port...] for oobx_comm_init_from_env; root i is hosted by the first rank of block i", OOBX_SET_STR, S_(comm_id)},
+    {"OOBX_JOB_KEY", "", "folded into the magic of env-started jobs (else SLURM_JOB_ID), so two jobs on one port reject each other", OOBX_SET_STR, S_(job_key)},
+    {"OOBX_UID_STAGGER_RATE", "7000", "connections per second to a root when staggering", OOBX_SET_INT, S_(stagger_rate)},
+    {"OOBX_UID_STAGGER_THRESHOLD", "256", "ranks per root above which ranks stagger their first contact", OOBX_SET_INT, S_(stagger_threshold)},
+    {"OOBX_NET_DEVICE", "", "device for the OOB ring on ucx/verbs (UCX device such as mlx5_0:1, or HCA); empty: closest by topology", OOBX_SET_STR, S_(net_device)},
+    {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, ring, bruck", OOBX_SET_STR, S_(allgather_algo)},
+    {"OOBX_ALLGATHER_BRUCK_MAX", "65536", "auto picks Bruck while nranks*bytes_per_rank is at most this, else the ring", OOBX_SET_SIZE, S_(bruck_max_bytes)},
+    {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes)},
+    {"OOBX_SPIN_US", "0", "microseconds to poll without sleeping before blocking on file descriptors", OOBX_SET_INT, S_(spin_us)},
+    {"OOBX_TOPO_PCI", "", "PCI bus id (a GPU's) to pick the closest network device for; empty: this thread's CPUs", OOBX_SET_STR, S_(topo_pci)},
+    {"OOBX_UCX_RING", "auto", "UCX ring link: put (registered ring buffer), tag (tag messages), auto (put where RMA is native)", OOBX_SET_STR, S_(ucx_ring)},
+    {"OOBX_RING_SLOT_BYTES", "65536", "slot size of a registered ring buffer", OOBX_SET_SIZE, S_(ring_slot_bytes)},
+    {"OOBX_RING_SLOTS", "16", "slots per registered ring buffer", OOBX_SET_INT, S_(ring_slots)},
+    {"OOBX_LOG_LEVEL", "warn", "none, error, warn, info, debug, trace", OOBX_SET_LEVEL, S_(log_level)},
+    {"OOBX_LOG_FILE", "", "log to this file instead of stderr; %h host, %p pid", OOBX_SET_STR, S_(log_file)},
+    {NULL, NULL, NULL, 0, 0, 0},
+};
+
+static int parse_size(const char *v, size_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 0);
+    if (errno || end == v || v[0] == '-') return -1;
+    while (*end == ' ') end++;
+    unsigned long long mult = 1;
+    if (*end) {
+        switch (*end) {
+        case 'k': case 'K': mult = 1ull << 10; break;
+        case 'm': case 'M': mult = 1ull << 20; break;
+        case 'g': case 'G': mult = 1ull << 30; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'b' || *end == 'B') end++;
+        if (*end) return -1;
+    }
+    if (n > SIZE_MAX / mult) return -1;
+    *out = (size_t)(n * mult);
+    return 0;
+}
+
+static int parse_one(oobx_settings_t *s, const oobx_setting_desc_t *d, const char *v)
+{
+    char *field = (char *)s + d->offset;
+    char *end = NULL;
+    long n;
+    switch (d->type) {
+    case OOBX_SET_STR:
+        if (strlen(v) >= d->size) return -1;
+        memcpy(field, v, strlen(v) + 1);
+        return 0;
+    case OOBX_SET_INT:
+    case OOBX_SET_BOOL:
+        errno = 0;
+        n = strtol(v, &end, 10);
+        if (errno || end == v || *end || n < INT_MIN || n > INT_MAX) return -1;
+        if (d->type == OOBX_SET_BOOL && n != 0 && n != 1) return -1;
+        *(int *)field = (int)n;
+        return 0;
+    case OOBX_SET_SIZE:
+        return parse_size(v, (size_t *)field);
+    case OOBX_SET_LEVEL: {
+        static const char *const names[] = {"none", "error", "warn", "info", "debug", "trace"};
+        for (int i = 0; i < 6; i++)
+            if (!strcasecmp(v, names[i])) {
+                *(int *)field = i;
+                return 0;
+            }
+        if (!strcasecmp(v, "warning")) {
+            *(int *)field = OOBX_LOG_WARN;
+            return 0;
+        }
+        return -1;
+    }
+    case OOBX_SET_FAMILY:
+        if (!v[0]) *(int *)field = AF_UNSPEC;
+        else if (!strcasecmp(v, "AF_INET") || !strcmp(v, "4") || !strcasecmp(v, "ipv4")) *(int *)field = AF_INET;
+        else if (!strcasecmp(v, "AF_INET6") || !strcmp(v, "6") || !strcasecmp(v, "ipv6")) *(int *)field = AF_INET6;
+        else return -1;
+        return 0;
+    }
+    return -1;
+}
+
+int oobx_settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
+{
+    memset(s, 0, sizeof(*s));
+    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++)
+        if (parse_one(s, d, d->def) != 0)
+            return oobx_fail(NULL, OOBX_ERR_INTERNAL, "default of %s (%s) does not parse", d->name, d->def);
+    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++) {
+        const char *v = getenv(d->name);
+        if (!v) continue;
+        if (parse_one(s, d, v) != 0)
+            return oobx_fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not valid: %s (default %s)", d->name, v, d->doc,
+                             d->def[0] ? d->def : "empty");
+    }
+    if (cfg) {
+        if (cfg->struct_size < offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag))
+            return oobx_fail(NULL, OOBX_ERR_INVALID,
+                             "oobx_config_t.struct_size is %zu; initialize the config with OOBX_CONFIG_INIT",
+                             cfg->struct_size);
+        if (cfg->transport) {
+            if (strlen(cfg->transport) >= sizeof(s->transport))
+                return oobx_fail(NULL, OOBX_ERR_INVALID, "config transport \"%s\" is too long", cfg->transport);
+            strcpy(s->transport, cfg->transport);
+        }
+        if (cfg->timeout_ms != 0) s->timeout_ms = cfg->timeout_ms < 0 ? -1 : cfg->timeout_ms;
+        if (cfg->struct_size >= offsetof(oobx_config_t, topo_pci) + sizeof(cfg->topo_pci) && cfg->topo_pci) {
+            if (strlen(cfg->topo_pci) >= sizeof(s->topo_pci))
+                return oobx_fail(NULL, OOBX_ERR_INVALID, "config topo_pci \"%s\" is too long", cfg->topo_pci);
+            strcpy(s->topo_pci, cfg->topo_pci);
+        }
+    }
+    if (s->timeout_ms < -1) s->timeout_ms = -1;
+    if (s->timeout_ms == 0) s->timeout_ms = 120000;
+    if (strcmp(s->transport, "auto") && strcmp(s->transport, "socket") && strcmp(s->transport, "ucx") &&
+        strcmp(s->transport, "verbs"))
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "transport \"%s\" is not one of auto, socket, ucx, verbs",
+                         s->transport);
+    if (strcmp(s->allgather_algo, "auto") && strcmp(s->allgather_algo, "ring") && strcmp(s->allgather_algo, "bruck"))
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck",
+                         s->allgather_algo);
+    if (s->chunk_bytes < 1024) s->chunk_bytes = 1024;
+    if (s->stagger_rate <= 0) s->stagger_rate = 7000;
+    if (s->ring_slots < 2) s->ring_slots = 2;
+    if (s->ring_slot_bytes < 256) s->ring_slot_bytes = 256;
+    return OOBX_SUCCESS;
+}

@@ -1,0 +1,306 @@
+#include "sock.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "oobx.h"
+#include "util.h"
+
+int sock_cancelled(const oobx_cancel_t *c)
+{
+    if (!c) return 0;
+    if (c->aborted && atomic_load(c->aborted)) return OOBX_ERR_ABORTED;
+    if (c->user_abort && *c->user_abort) return OOBX_ERR_ABORTED;
+    return 0;
+}
+
+int sock_wait_ms(const oobx_cancel_t *c)
+{
+    int cap = c && c->user_abort ? 50 : 1000;
+    return oobx_ms_left(c ? c->deadline_ns : UINT64_MAX, cap);
+}
+
+static int cancel_status(const oobx_cancel_t *c)
+{
+    int rc = sock_cancelled(c);
+    if (rc) return rc;
+    if (c && c->deadline_ns != UINT64_MAX && oobx_now_ns() >= c->deadline_ns) return OOBX_ERR_TIMEOUT;
+    return 0;
+}
+
+socklen_t sock_addr_len(const oobx_sockaddr_t *a)
+{
+    return a->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+int sock_addr_port(const oobx_sockaddr_t *a)
+{
+    return a->sa.sa_family == AF_INET6 ? ntohs(a->sin6.sin6_port) : ntohs(a->sin.sin_port);
+}
+
+void sock_addr_set_port(oobx_sockaddr_t *a, int port)
+{
+    if (a->sa.sa_family == AF_INET6) a->sin6.sin6_port = htons((uint16_t)port);
+    else a->sin.sin_port = htons((uint16_t)port);
+}
+
+void sock_addr_format(const oobx_sockaddr_t *a, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN + 16] = "?";
+    if (a->sa.sa_family == AF_INET) {
+        inet_ntop(AF_INET, &a->sin.sin_addr, host, sizeof(host));
+        snprintf(buf, len, "%s:%d", host, ntohs(a->sin.sin_port));
+    } else if (a->sa.sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &a->sin6.sin6_addr, host, sizeof(host));
+        if (a->sin6.sin6_scope_id)
+            snprintf(buf, len, "[%s%%%u]:%d", host, a->sin6.sin6_scope_id, ntohs(a->sin6.sin6_port));
+        else
+            snprintf(buf, len, "[%s]:%d", host, ntohs(a->sin6.sin6_port));
+    } else {
+        snprintf(buf, len, "(address family %d)", a->sa.sa_family);
+    }
+}
+
+int sock_addr_parse(const char *text, int family, oobx_sockaddr_t *out, char *why, size_t whylen)
+{
+    char host[256];
+    const char *port = NULL;
+    size_t tl = strlen(text);
+    if (tl == 0 || tl >= sizeof(host)) {
+        snprintf(why, whylen, "address \"%s\" is empty or too long", text);
+        return OOBX_ERR_INVALID;
+    }
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (!close || close[1] != ':' || !close[2]) {
+            snprintf(why, whylen, "address \"%s\": expected [ipv6]:port", text);
+            return OOBX_ERR_INVALID;
+        }
+        memcpy(host, text + 1, (size_t)(close - text - 1));
+        host[close - text - 1] = '\0';
+        port = close + 2;
+    } else {
+        const char *colon = strrchr(text, ':');
+        if (!colon || !colon[1] || strchr(text, ':') != colon) {
+            snprintf(why, whylen, "address \"%s\": expected host:port (or [ipv6]:port)", text);
+            return OOBX_ERR_INVALID;
+        }
+        memcpy(host, text, (size_t)(colon - text));
+        host[colon - text] = '\0';
+        port = colon + 1;
+    }
+    char *end = NULL;
+    long p = strtol(port, &end, 10);
+    if (*end || p < 0 || p > 65535) {
+        snprintf(why, whylen, "address \"%s\": port \"%s\" is not a number in 0..65535", text, port);
+        return OOBX_ERR_INVALID;
+    }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = family;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(why, whylen, "address \"%s\": cannot resolve \"%s\": %s", text, host, gai_strerror(rc));
+        return OOBX_ERR_INVALID;
+    }
+    memset(out, 0, sizeof(*out));
+    memcpy(out, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    sock_addr_set_port(out, (int)p);
+    return OOBX_SUCCESS;
+}
+
+int sock_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -1;
+    return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+void sock_set_nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void sock_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why, size_t whylen)
+{
+    char name[96];
+    sock_addr_format(addr, name, sizeof(name));
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, whylen, "socket() for %s: %s", name, strerror(errno));
+        return OOBX_ERR_SYSTEM;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (addr->sa.sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, &addr->sa, sock_addr_len(addr)) != 0) {
+        int e = errno;
+        snprintf(why, whylen, "bind to %s: %s%s", name, strerror(e),
+                 e == EADDRINUSE ? " (another job or process holds this address)" : "");
+        close(fd);
+        return e == EADDRINUSE ? OOBX_ERR_UNAVAILABLE : OOBX_ERR_SYSTEM;
+    }
+    if (listen(fd, backlog) != 0) {
+        snprintf(why, whylen, "listen on %s: %s", name, strerror(errno));
+        close(fd);
+        return OOBX_ERR_SYSTEM;
+    }
+    socklen_t sl = sizeof(*addr);
+    getsockname(fd, &addr->sa, &sl);
+    *fd_out = fd;
+    return OOBX_SUCCESS;
+}
+
+int sock_connect_start(const oobx_sockaddr_t *a, int *fd_out)
+{
+    *fd_out = -1;
+    int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
+    sock_set_nodelay(fd);
+    if (connect(fd, &a->sa, sock_addr_len(a)) != 0 && errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+int sock_connect_result(int fd)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+    return err;
+}
+
+int sock_errno_retryable(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
+           err == ECONNRESET || err == EAGAIN || err == ECONNABORTED || err == EADDRNOTAVAIL;
+}
+
+int sock_backoff_ms(int tries, uint64_t *rng)
+{
+    int base = 5;
+    for (int i = 1; i < tries && base < 1000; i++) base *= 2;
+    if (base > 1000) base = 1000;
+    *rng = oobx_mix64(*rng, (uint64_t)tries);
+    int jitter = (int)(*rng % (uint64_t)(base / 2 + 1)) - base / 4;
+    int ms = base + jitter;
+    return ms < 1 ? 1 : ms;
+}
+
+int sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, char *why, size_t whylen)
+{
+    char name[96];
+    sock_addr_format(a, name, sizeof(name));
+    uint64_t rng = oobx_random64();
+    int tries = 0, last = 0;
+    for (;;) {
+        int rc = cancel_status(c);
+        if (rc) {
+            snprintf(why, whylen, "connect to %s: %s after %d tries (last: %s)", name,
+                     rc == OOBX_ERR_ABORTED ? "aborted" : "timed out", tries, last ? strerror(last) : "no answer");
+            return rc;
+        }
+        tries++;
+        int fd;
+        int err = sock_connect_start(a, &fd);
+        if (err == 0) {
+            for (;;) {
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                int n = poll(&pfd, 1, sock_wait_ms(c));
+                if (n > 0) {
+                    err = sock_connect_result(fd);
+                    break;
+                }
+                if ((rc = cancel_status(c)) != 0) {
+                    close(fd);
+                    snprintf(why, whylen, "connect to %s: %s while connecting (try %d)", name,
+                             rc == OOBX_ERR_ABORTED ? "aborted" : "timed out", tries);
+                    return rc;
+                }
+            }
+            if (err == 0) {
+                *fd_out = fd;
+                return OOBX_SUCCESS;
+            }
+            close(fd);
+        }
+        last = err;
+        if (!sock_errno_retryable(err)) {
+            snprintf(why, whylen, "connect to %s: %s", name, strerror(err));
+            return OOBX_ERR_SYSTEM;
+        }
+        int ms = sock_backoff_ms(tries, &rng);
+        int left = oobx_ms_left(c ? c->deadline_ns : UINT64_MAX, ms);
+        if (c && c->user_abort && left > 50) left = 50;
+        struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (long)(left % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int io_all(int fd, void *buf, size_t len, int sending, const oobx_cancel_t *c, char *why, size_t whylen)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = sending ? send(fd, (char *)buf + off, len - off, MSG_NOSIGNAL)
+                            : recv(fd, (char *)buf + off, len - off, 0);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n == 0 && !sending) {
+            snprintf(why, whylen, "connection closed by the other side after %zu of %zu bytes", off, len);
+            return OOBX_ERR_REMOTE;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            snprintf(why, whylen, "%s failed after %zu of %zu bytes: %s", sending ? "send" : "receive", off, len,
+                     strerror(errno));
+            return OOBX_ERR_REMOTE;
+        }
+        int rc = cancel_status(c);
+        if (rc) {
+            snprintf(why, whylen, "%s %s after %zu of %zu bytes", sending ? "send" : "receive",
+                     rc == OOBX_ERR_ABORTED ? "aborted" : "timed out", off, len);
+            return rc;
+        }
+        struct pollfd pfd = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
+        poll(&pfd, 1, sock_wait_ms(c));
+    }
+    return OOBX_SUCCESS;
+}
+
+int sock_send_all(int fd, const void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
+{
+    return io_all(fd, (void *)buf, len, 1, c, why, whylen);
+}
+
+int sock_recv_all(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
+{
+    return io_all(fd, buf, len, 0, c, why, whylen);
+}

@@ -1,0 +1,866 @@
+/*
+ * The socket transport: one listening socket per rank, persistent connections
+ * opened lazily (the ring neighbour's eagerly), framed messages, everything
+ * non-blocking behind one epoll set whose fd the core sleeps on.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "oobx.h"
+#include "sock.h"
+#include "topo.h"
+#include "transport.h"
+#include "util.h"
+#include "wire.h"
+
+#define SK_STAGE_BYTES (256 * 1024)
+#define SK_DIRECT_MIN (64 * 1024) /* bodies at least this big are read straight into place */
+#define SK_HELLO_MS 10000         /* an accepted connection must say hello within this */
+#define SK_MAX_PENDING 1024       /* unidentified inbound connections kept at once */
+#define SK_ADDR_BYTES 24
+
+enum { SC_CONNECTING, SC_HELLO_OUT, SC_HELLO_IN, SC_READY, SC_DEAD, SC_RETRY };
+enum { RX_HDR, RX_BODY };
+
+typedef struct sk_send {
+    struct sk_send *next;
+    unsigned char hdr[OOBX_MSGHDR_BYTES];
+    const char *payload;
+    size_t len; /* payload bytes */
+    size_t off; /* of OOBX_MSGHDR_BYTES + len sent */
+    oobx_tp_req_t *req;
+} sk_send_t;
+
+typedef struct sk_conn {
+    struct sk_conn *next_all, *prev_all;
+    int fd;
+    int state;
+    int peer;    /* -1 until its hello */
+    int outgoing;
+    uint32_t ev; /* epoll events registered */
+    unsigned char hello[OOBX_HELLO_BYTES];
+    size_t hello_n; /* bytes of hello sent (outgoing) or received */
+    uint64_t deadline;
+    char name[96];
+    /* receive */
+    int rx;
+    unsigned char *stage;
+    size_t s_head, s_tail;
+    oobx_msg_hdr_t cur;
+    char *dst;
+    size_t got;
+    void *cookie;
+    /* send */
+    sk_send_t *sq_head, *sq_tail;
+} sk_conn_t;
+
+typedef struct sk_peer {
+    oobx_sockaddr_t addr;
+    int have_addr;
+    sk_conn_t *conn; /* the connection this rank sends on, once chosen */
+    int failed;
+    int tries;
+    uint64_t first_try, retry_at;
+    int last_err;
+} sk_peer_t;
+
+typedef struct sk_tp {
+    oobx_tp_t base;
+    oobx_tp_params_t p;
+    const oobx_log_t *log;
+    int rank, nranks;
+    uint64_t magic;
+    int epfd;
+    int listen_fd;
+    oobx_sockaddr_t addr;
+    char name[96];
+    sk_peer_t *peers;
+    sk_conn_t *conns; /* every connection */
+    int npending;     /* inbound connections without hello yet */
+    uint64_t rng;
+    oobx_ratelimit_t stray_rl;
+    int timeout_ms;
+    int retry_pending; /* some peer waits for a reconnect */
+    int nstray_dead;   /* dropped strays waiting to be freed */
+} sk_tp_t;
+
+static sk_tp_t *tp_of(oobx_tp_t *t)
+{
+    return (sk_tp_t *)t;
+}
+
+static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
+{
+    if (c->fd < 0) return;
+    uint32_t ev = EPOLLIN;
+    if (c->state == SC_CONNECTING || c->state == SC_HELLO_OUT || (c->state == SC_READY && c->sq_head)) ev |= EPOLLOUT;
+    if (ev == c->ev) return;
+    struct epoll_event e = {.events = ev, .data.ptr = c};
+    epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &e);
+    c->ev = ev;
+}
+
+static sk_conn_t *conn_new(sk_tp_t *t, int fd, int outgoing, int peer)
+{
+    sk_conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->fd = fd;
+    c->outgoing = outgoing;
+    c->peer = peer;
+    c->state = outgoing ? SC_CONNECTING : SC_HELLO_IN;
+    c->ev = EPOLLIN | (outgoing ? EPOLLOUT : 0);
+    struct epoll_event e = {.events = c->ev, .data.ptr = c};
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+        free(c);
+        return NULL;
+    }
+    c->next_all = t->conns;
+    if (t->conns) t->conns->prev_all = c;
+    t->conns = c;
+    return c;
+}
+
+static void conn_free(sk_tp_t *t, sk_conn_t *c)
+{
+    if (c->fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+    }
+    if (c->prev_all) c->prev_all->next_all = c->next_all;
+    else t->conns = c->next_all;
+    if (c->next_all) c->next_all->prev_all = c->prev_all;
+    while (c->sq_head) {
+        sk_send_t *s = c->sq_head;
+        c->sq_head = s->next;
+        free(s);
+    }
+    free(c->stage);
+    free(c);
+}
+
+static void peer_describe(sk_tp_t *t, int peer, char *buf, size_t len)
+{
+    char a[96] = "address unknown";
+    if (peer >= 0 && peer < t->nranks && t->peers[peer].have_addr) sock_addr_format(&t->peers[peer].addr, a, sizeof(a));
+    snprintf(buf, len, "rank %d (%s)", peer, a);
+}
+
+/* Fails every send queued on c with status, and tells the core the peer is gone. */
+static void conn_fail(sk_tp_t *t, sk_conn_t *c, int status, const char *what)
+{
+    if (c->state == SC_DEAD) return;
+    c->state = SC_DEAD;
+    for (sk_send_t *s = c->sq_head; s; s = s->next) {
+        s->req->status = status;
+        s->req->done = 1;
+    }
+    int peer = c->peer;
+    if (peer >= 0 && t->peers[peer].conn == c) {
+        t->peers[peer].conn = NULL;
+        t->peers[peer].failed = 1;
+    }
+    if (c->fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        c->fd = -1;
+    }
+    if (peer >= 0) {
+        /* a message in flight from this peer is dropped by the core */
+        c->cookie = NULL;
+        t->p.sink.peer_failed(t->p.sink.core, peer, status, what);
+    }
+}
+
+/* ---- connecting ------------------------------------------------------------- */
+
+static int peer_connect(sk_tp_t *t, int peer)
+{
+    sk_peer_t *pp = &t->peers[peer];
+    char who[160];
+    if (!pp->have_addr) {
+        peer_describe(t, peer, who, sizeof(who));
+        return oobx_fail(t->log, OOBX_ERR_INTERNAL, "socket: no address for %s", who);
+    }
+    if (!pp->first_try) pp->first_try = oobx_now_ns();
+    pp->tries++;
+    int fd;
+    int err = sock_connect_start(&pp->addr, &fd);
+    sk_conn_t *c = pp->conn;
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (!c) return OOBX_ERR_NOMEM;
+        c->fd = -1;
+        c->peer = peer;
+        c->outgoing = 1;
+        c->next_all = t->conns;
+        if (t->conns) t->conns->prev_all = c;
+        t->conns = c;
+        pp->conn = c;
+    }
+    if (err == 0) {
+        c->fd = fd;
+        c->state = SC_CONNECTING;
+        c->ev = EPOLLIN | EPOLLOUT;
+        struct epoll_event e = {.events = c->ev, .data.ptr = c};
+        if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+            close(fd);
+            c->fd = -1;
+            err = errno;
+        } else {
+            return 0;
+        }
+    }
+    pp->last_err = err;
+    c->state = SC_RETRY;
+    pp->retry_at = oobx_now_ns() + (uint64_t)sock_backoff_ms(pp->tries, &t->rng) * 1000000ull;
+    t->retry_pending = 1;
+    return 0;
+}
+
+/* A connection attempt to c's peer failed with err: retry later, or give up. */
+static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
+{
+    sk_peer_t *pp = &t->peers[c->peer];
+    if (c->fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        c->fd = -1;
+    }
+    c->ev = 0;
+    c->hello_n = 0;
+    pp->last_err = err;
+    uint64_t now = oobx_now_ns();
+    int retry = sock_errno_retryable(err) &&
+                (t->timeout_ms < 0 || now < pp->first_try + (uint64_t)t->timeout_ms * 1000000ull);
+    if (retry) {
+        c->state = SC_RETRY;
+        pp->retry_at = now + (uint64_t)sock_backoff_ms(pp->tries, &t->rng) * 1000000ull;
+        t->retry_pending = 1;
+        return;
+    }
+    char who[160], what[512];
+    peer_describe(t, c->peer, who, sizeof(who));
+    snprintf(what, sizeof(what), "connect to %s failed after %d tries over %.1f s: %s; is rank %d alive? is OOBX_SOCKET_IFNAME right?",
+             who, pp->tries, (now - pp->first_try) / 1e9, strerror(err), c->peer);
+    oobx_fail(t->log, OOBX_ERR_REMOTE, "%s", what);
+    conn_fail(t, c, OOBX_ERR_REMOTE, what);
+}
+
+static void send_hello(sk_tp_t *t, sk_conn_t *c, int type)
+{
+    oobx_hello_t h = {.proto_magic = OOBX_WIRE_MAGIC, .version = OOBX_WIRE_VERSION, .type = (uint16_t)type,
+                      .comm_magic = t->magic, .rank = t->rank, .nranks = t->nranks};
+    oobx_hello_encode(&h, c->hello);
+    c->hello_n = 0;
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+/* Writes as much of c's queue as the socket takes. */
+static void conn_flush(sk_tp_t *t, sk_conn_t *c)
+{
+    while (c->sq_head) {
+        struct iovec iov[64];
+        int n = 0;
+        for (sk_send_t *s = c->sq_head; s && n < 62; s = s->next) {
+            if (s->off < OOBX_MSGHDR_BYTES) {
+                iov[n].iov_base = s->hdr + s->off;
+                iov[n++].iov_len = OOBX_MSGHDR_BYTES - s->off;
+                if (s->len) {
+                    iov[n].iov_base = (void *)s->payload;
+                    iov[n++].iov_len = s->len;
+                }
+            } else {
+                size_t done = s->off - OOBX_MSGHDR_BYTES;
+                iov[n].iov_base = (void *)(s->payload + done);
+                iov[n++].iov_len = s->len - done;
+            }
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            if (errno == EINTR) continue;
+            char who[160], what[300];
+            peer_describe(t, c->peer, who, sizeof(who));
+            snprintf(what, sizeof(what), "send to %s failed: %s", who, strerror(errno));
+            conn_fail(t, c, OOBX_ERR_REMOTE, what);
+            return;
+        }
+        size_t left = (size_t)w;
+        while (c->sq_head) {
+            sk_send_t *s = c->sq_head;
+            size_t need = OOBX_MSGHDR_BYTES + s->len - s->off;
+            if (left < need) {
+                s->off += left;
+                break;
+            }
+            left -= need;
+            c->sq_head = s->next;
+            if (!c->sq_head) c->sq_tail = NULL;
+            s->req->status = 0;
+            s->req->done = 1;
+            free(s);
+        }
+        if (left == 0 && c->sq_head && c->sq_head->off > 0) break; /* socket buffer full */
+    }
+    conn_set_events(t, c);
+}
+
+static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const void *payload, oobx_tp_req_t *req)
+{
+    sk_tp_t *t = tp_of(tpp);
+    if (peer < 0 || peer >= t->nranks || peer == t->rank)
+        return oobx_fail(t->log, OOBX_ERR_INVALID, "socket: send to rank %d of %d", peer, t->nranks);
+    sk_peer_t *pp = &t->peers[peer];
+    char who[160];
+    if (pp->failed) {
+        peer_describe(t, peer, who, sizeof(who));
+        return oobx_fail(t->log, OOBX_ERR_REMOTE, "socket: %s failed earlier; cannot send to it", who);
+    }
+    sk_send_t *s = malloc(sizeof(*s));
+    if (!s) return OOBX_ERR_NOMEM;
+    oobx_msghdr_encode(hdr, s->hdr);
+    s->payload = payload;
+    s->len = hdr->len;
+    s->off = 0;
+    s->req = req;
+    s->next = NULL;
+    req->done = 0;
+    req->status = 0;
+    if (!pp->conn) {
+        int rc = peer_connect(t, peer);
+        if (rc != 0) {
+            free(s);
+            return rc;
+        }
+    }
+    sk_conn_t *c = pp->conn;
+    int was_empty = c->sq_head == NULL;
+    if (c->sq_tail) c->sq_tail->next = s;
+    else c->sq_head = s;
+    c->sq_tail = s;
+    if (c->state == SC_READY && was_empty) conn_flush(t, c);
+    return 0;
+}
+
+/* ---- receiving ----------------------------------------------------------------- */
+
+static void conn_protocol_error(sk_tp_t *t, sk_conn_t *c, const char *why)
+{
+    char who[160], what[512];
+    peer_describe(t, c->peer, who, sizeof(who));
+    snprintf(what, sizeof(what), "socket: bad stream from %s: %s", who, why);
+    oobx_fail(t->log, OOBX_ERR_PROTOCOL, "%s", what);
+    conn_fail(t, c, OOBX_ERR_PROTOCOL, what);
+}
+
+/* Consumes staged bytes into messages. Returns 0, or -1 when c failed. */
+static int conn_parse(sk_tp_t *t, sk_conn_t *c)
+{
+    for (;;) {
+        size_t avail = c->s_tail - c->s_head;
+        if (c->rx == RX_HDR) {
+            if (avail < OOBX_MSGHDR_BYTES) break;
+            char why[200];
+            if (oobx_msghdr_decode(c->stage + c->s_head, avail, &c->cur, why, sizeof(why)) != 0) {
+                conn_protocol_error(t, c, why);
+                return -1;
+            }
+            if (c->cur.src != c->peer) {
+                snprintf(why, sizeof(why), "message claims to be from rank %d", c->cur.src);
+                conn_protocol_error(t, c, why);
+                return -1;
+            }
+            c->s_head += OOBX_MSGHDR_BYTES;
+            c->cookie = NULL;
+            c->dst = t->p.sink.msg_begin(t->p.sink.core, &c->cur, &c->cookie);
+            c->got = 0;
+            c->rx = RX_BODY;
+            avail = c->s_tail - c->s_head;
+        }
+        size_t need = c->cur.len - c->got;
+        size_t take = avail < need ? avail : need;
+        if (take) {
+            memcpy(c->dst + c->got, c->stage + c->s_head, take);
+            c->got += take;
+            c->s_head += take;
+        }
+        if (c->got < c->cur.len) break;
+        c->rx = RX_HDR;
+        void *cookie = c->cookie;
+        c->cookie = NULL;
+        t->p.sink.msg_end(t->p.sink.core, cookie);
+        if (c->state == SC_DEAD) return -1;
+    }
+    if (c->s_head == c->s_tail) c->s_head = c->s_tail = 0;
+    return 0;
+}
+
+static void conn_read(sk_tp_t *t, sk_conn_t *c)
+{
+    if (!c->stage) {
+        c->stage = malloc(SK_STAGE_BYTES);
+        if (!c->stage) return;
+    }
+    size_t budget = 16u << 20; /* then let other connections have a turn */
+    while (budget > 0 && c->state == SC_READY) {
+        ssize_t n;
+        if (c->rx == RX_BODY && c->cur.len - c->got >= SK_DIRECT_MIN && c->s_head == c->s_tail) {
+            n = recv(c->fd, c->dst + c->got, c->cur.len - c->got, MSG_DONTWAIT);
+            if (n > 0) {
+                c->got += (size_t)n;
+                budget -= (size_t)n < budget ? (size_t)n : budget;
+                if (c->got == c->cur.len) {
+                    c->rx = RX_HDR;
+                    void *cookie = c->cookie;
+                    c->cookie = NULL;
+                    t->p.sink.msg_end(t->p.sink.core, cookie);
+                }
+                continue;
+            }
+        } else {
+            if (c->s_head > 0 && c->s_tail == SK_STAGE_BYTES) {
+                memmove(c->stage, c->stage + c->s_head, c->s_tail - c->s_head);
+                c->s_tail -= c->s_head;
+                c->s_head = 0;
+            }
+            n = recv(c->fd, c->stage + c->s_tail, SK_STAGE_BYTES - c->s_tail, MSG_DONTWAIT);
+            if (n > 0) {
+                c->s_tail += (size_t)n;
+                budget -= (size_t)n < budget ? (size_t)n : budget;
+                if (conn_parse(t, c) != 0) return;
+                continue;
+            }
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n < 0 && errno == EINTR) continue;
+        char who[160], what[400];
+        peer_describe(t, c->peer, who, sizeof(who));
+        if (n == 0)
+            snprintf(what, sizeof(what), "%s closed its connection%s", who,
+                     c->rx == RX_BODY ? " in the middle of a message" : "; did it exit or fail?");
+        else
+            snprintf(what, sizeof(what), "connection to %s failed: %s", who, strerror(errno));
+        OOBX_DEBUG(t->log, "socket: %s", what);
+        conn_fail(t, c, OOBX_ERR_REMOTE, what);
+        return;
+    }
+}
+
+/* ---- hello ---------------------------------------------------------------------- */
+
+static void conn_ready(sk_tp_t *t, sk_conn_t *c)
+{
+    c->state = SC_READY;
+    sk_peer_t *pp = &t->peers[c->peer];
+    if (!pp->conn) pp->conn = c;
+    pp->tries = 0;
+    if (c->sq_head) conn_flush(t, c);
+    conn_set_events(t, c);
+}
+
+/* Closes an unidentified inbound connection; it is freed by the sweep at the
+ * end of progress(), so that events of the same batch never see freed memory. */
+static void conn_drop_stray(sk_tp_t *t, sk_conn_t *c, const char *why)
+{
+    if (oobx_ratelimit_ok(&t->stray_rl)) OOBX_WARN(t->log, "socket %s: dropped %s: %s", t->name, c->name, why);
+    t->npending--;
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    c->state = SC_DEAD;
+    t->nstray_dead++;
+}
+
+/* Inbound: read the connector's hello, check it, answer with ours. */
+static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
+{
+    ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        conn_drop_stray(t, c, c->hello_n ? "closed in the middle of its hello" : "closed without a hello");
+        return;
+    }
+    if (n < 0) return;
+    c->hello_n += (size_t)n;
+    if (c->hello_n < OOBX_HELLO_BYTES) return;
+    oobx_hello_t h;
+    char why[200];
+    int rc = oobx_hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
+    if (rc == 0 && h.type != OOBX_HELLO_PEER) {
+        rc = OOBX_ERR_PROTOCOL;
+        snprintf(why, sizeof(why), "connection type %u is not a peer connection", h.type);
+    }
+    if (rc == 0 && h.comm_magic != t->magic) {
+        rc = OOBX_ERR_MISMATCH;
+        snprintf(why, sizeof(why), "magic %016llx is not this communicator's %016llx (another job?)",
+                 (unsigned long long)h.comm_magic, (unsigned long long)t->magic);
+    }
+    if (rc == 0 && (h.nranks != t->nranks || h.rank >= t->nranks || h.rank == t->rank)) {
+        rc = OOBX_ERR_MISMATCH;
+        snprintf(why, sizeof(why), "says rank %d of %d; this communicator has %d ranks", h.rank, h.nranks, t->nranks);
+    }
+    if (rc != 0) {
+        conn_drop_stray(t, c, why);
+        return;
+    }
+    c->peer = h.rank;
+    t->npending--;
+    send_hello(t, c, OOBX_HELLO_PEER_ACK);
+    /* 32 bytes into an empty socket buffer: done in one call in practice */
+    ssize_t w = send(c->fd, c->hello, OOBX_HELLO_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w != OOBX_HELLO_BYTES) {
+        char what[300];
+        snprintf(what, sizeof(what), "answering the hello of rank %d (%s) failed", c->peer, c->name);
+        conn_fail(t, c, OOBX_ERR_REMOTE, what);
+        return;
+    }
+    OOBX_TRACE(t->log, "socket: rank %d connected from %s", c->peer, c->name);
+    conn_ready(t, c);
+}
+
+/* Outbound: finish connect, send our hello, read the answer. */
+static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
+{
+    if (c->state == SC_CONNECTING) {
+        if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+        int err = sock_connect_result(c->fd);
+        if (err) {
+            conn_retry_or_fail(t, c, err);
+            return;
+        }
+        send_hello(t, c, OOBX_HELLO_PEER);
+        ssize_t w = send(c->fd, c->hello, OOBX_HELLO_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w != OOBX_HELLO_BYTES) {
+            conn_retry_or_fail(t, c, w < 0 ? errno : EAGAIN);
+            return;
+        }
+        c->state = SC_HELLO_OUT;
+        c->hello_n = 0;
+        conn_set_events(t, c);
+        c->ev = EPOLLIN; /* wait for the answer only */
+        struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+        epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &e);
+        return;
+    }
+    ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        /* refused by the other side: wrong job behind that port, or it is going away */
+        char who[160], what[400];
+        peer_describe(t, c->peer, who, sizeof(who));
+        snprintf(what, sizeof(what), "%s closed the connection during the hello: it is not this communicator's rank %d (another job on that port?) or it exited",
+                 who, c->peer);
+        oobx_fail(t->log, OOBX_ERR_REMOTE, "%s", what);
+        conn_fail(t, c, OOBX_ERR_REMOTE, what);
+        return;
+    }
+    if (n < 0) return;
+    c->hello_n += (size_t)n;
+    if (c->hello_n < OOBX_HELLO_BYTES) return;
+    oobx_hello_t h;
+    char why[200];
+    int rc = oobx_hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
+    if (rc == 0 && (h.type != OOBX_HELLO_PEER_ACK || h.comm_magic != t->magic || h.rank != c->peer)) {
+        rc = OOBX_ERR_MISMATCH;
+        snprintf(why, sizeof(why), "answered as rank %d with magic %016llx", h.rank, (unsigned long long)h.comm_magic);
+    }
+    if (rc != 0) {
+        char who[160], what[400];
+        peer_describe(t, c->peer, who, sizeof(who));
+        snprintf(what, sizeof(what), "%s is not the expected peer: %s", who, why);
+        oobx_fail(t->log, OOBX_ERR_MISMATCH, "%s", what);
+        conn_fail(t, c, OOBX_ERR_MISMATCH, what);
+        return;
+    }
+    conn_ready(t, c);
+}
+
+static void accept_all(sk_tp_t *t)
+{
+    for (;;) {
+        oobx_sockaddr_t a;
+        socklen_t sl = sizeof(a);
+        int fd = accept4(t->listen_fd, &a.sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if ((errno == EMFILE || errno == ENFILE) && oobx_ratelimit_ok(&t->stray_rl))
+                OOBX_WARN(t->log, "socket %s: out of file descriptors; raise ulimit -n", t->name);
+            return;
+        }
+        if (t->npending >= SK_MAX_PENDING) {
+            /* a flood of silent clients: make room by dropping the oldest */
+            sk_conn_t *oldest = NULL;
+            for (sk_conn_t *c = t->conns; c; c = c->next_all)
+                if (c->state == SC_HELLO_IN && c->peer < 0) oldest = c;
+            if (oldest) conn_drop_stray(t, oldest, "too many connections without a hello");
+        }
+        sock_set_nodelay(fd);
+        sk_conn_t *c = conn_new(t, fd, 0, -1);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        sock_addr_format(&a, c->name, sizeof(c->name));
+        c->deadline = oobx_now_ns() + (uint64_t)SK_HELLO_MS * 1000000ull;
+        t->npending++;
+    }
+}
+
+/* ---- ops ---------------------------------------------------------------------- */
+
+static int sk_progress(oobx_tp_t *tpp)
+{
+    sk_tp_t *t = tp_of(tpp);
+    struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(t->epfd, evs, 64, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL) {
+                accept_all(t);
+                continue;
+            }
+            sk_conn_t *c = evs[i].data.ptr;
+            /* c may have been freed by an earlier event of this batch only if it was a stray;
+             * strays are freed from their own event, so each pointer is live here */
+            uint32_t ev = evs[i].events;
+            switch (c->state) {
+            case SC_HELLO_IN: conn_hello_in(t, c); break;
+            case SC_CONNECTING:
+            case SC_HELLO_OUT: conn_hello_out(t, c, ev); break;
+            case SC_READY:
+                if (ev & EPOLLOUT) conn_flush(t, c);
+                if (c->state == SC_READY && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) conn_read(t, c);
+                break;
+            default: break;
+            }
+        }
+        if (n < 64) break;
+    }
+    uint64_t now = oobx_now_ns();
+    if (t->retry_pending) {
+        t->retry_pending = 0;
+        for (int r = 0; r < t->nranks; r++) {
+            sk_peer_t *pp = &t->peers[r];
+            if (!pp->conn || pp->conn->state != SC_RETRY) continue;
+            if (now >= pp->retry_at) {
+                int rc = peer_connect(t, r);
+                if (rc != 0) conn_fail(t, pp->conn, rc, oobx_last_error());
+            } else {
+                t->retry_pending = 1;
+            }
+        }
+    }
+    if (t->npending > 0) {
+        for (sk_conn_t *c = t->conns, *nx; c; c = nx) {
+            nx = c->next_all;
+            if (c->state == SC_HELLO_IN && c->peer < 0 && now >= c->deadline)
+                conn_drop_stray(t, c, "no hello within 10 s");
+        }
+    }
+    if (t->nstray_dead > 0) {
+        for (sk_conn_t *c = t->conns, *nx; c; c = nx) {
+            nx = c->next_all;
+            if (c->state == SC_DEAD && c->peer < 0) conn_free(t, c);
+        }
+        t->nstray_dead = 0;
+    }
+    return 0;
+}
+
+static int sk_wait_prepare(oobx_tp_t *tpp, struct pollfd *fds, int max, int *nfds, int *timeout_ms)
+{
+    sk_tp_t *t = tp_of(tpp);
+    if (max < 1) return 1;
+    fds[0].fd = t->epfd;
+    fds[0].events = POLLIN;
+    *nfds = 1;
+    uint64_t wake = UINT64_MAX;
+    if (t->retry_pending)
+        for (int r = 0; r < t->nranks; r++)
+            if (t->peers[r].conn && t->peers[r].conn->state == SC_RETRY && t->peers[r].retry_at < wake)
+                wake = t->peers[r].retry_at;
+    if (t->npending > 0)
+        for (sk_conn_t *c = t->conns; c; c = c->next_all)
+            if (c->state == SC_HELLO_IN && c->peer < 0 && c->deadline < wake) wake = c->deadline;
+    if (wake != UINT64_MAX) {
+        int ms = oobx_ms_left(wake, -1);
+        if (ms < 1) ms = 1;
+        if (*timeout_ms < 0 || ms < *timeout_ms) *timeout_ms = ms;
+    }
+    return 0;
+}
+
+static void addr_encode(const oobx_sockaddr_t *a, unsigned char out[SK_ADDR_BYTES])
+{
+    memset(out, 0, SK_ADDR_BYTES);
+    oobx_put_u16(out, (uint16_t)a->sa.sa_family);
+    oobx_put_u16(out + 2, (uint16_t)sock_addr_port(a));
+    if (a->sa.sa_family == AF_INET6) {
+        memcpy(out + 4, &a->sin6.sin6_addr, 16);
+        oobx_put_u32(out + 20, a->sin6.sin6_scope_id);
+    } else {
+        memcpy(out + 4, &a->sin.sin_addr, 4);
+    }
+}
+
+static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a)
+{
+    const unsigned char *p = blob;
+    if (len != SK_ADDR_BYTES) return -1;
+    memset(a, 0, sizeof(*a));
+    int fam = oobx_get_u16(p);
+    int port = oobx_get_u16(p + 2);
+    if (port == 0) return -1;
+    if (fam == AF_INET) {
+        a->sin.sin_family = AF_INET;
+        memcpy(&a->sin.sin_addr, p + 4, 4);
+    } else if (fam == AF_INET6) {
+        a->sin6.sin6_family = AF_INET6;
+        memcpy(&a->sin6.sin6_addr, p + 4, 16);
+        a->sin6.sin6_scope_id = oobx_get_u32(p + 20);
+    } else {
+        return -1;
+    }
+    sock_addr_set_port(a, port);
+    return 0;
+}
+
+static int sk_address(oobx_tp_t *tpp, void *blob, size_t *len)
+{
+    sk_tp_t *t = tp_of(tpp);
+    if (*len < SK_ADDR_BYTES) return OOBX_ERR_INVALID;
+    addr_encode(&t->addr, blob);
+    *len = SK_ADDR_BYTES;
+    return 0;
+}
+
+static int sk_set_peer(oobx_tp_t *tpp, int peer, const void *blob, size_t len)
+{
+    sk_tp_t *t = tp_of(tpp);
+    if (peer < 0 || peer >= t->nranks) return OOBX_ERR_INVALID;
+    if (addr_decode(blob, len, &t->peers[peer].addr) != 0)
+        return oobx_fail(t->log, OOBX_ERR_PROTOCOL, "socket: the address of rank %d (%zu bytes) does not parse", peer,
+                         len);
+    t->peers[peer].have_addr = 1;
+    return 0;
+}
+
+static int sk_ring(oobx_tp_t *tpp, int prev, int next)
+{
+    sk_tp_t *t = tp_of(tpp);
+    (void)prev;
+    /* connect the successor now, so that a dead or unreachable one shows up during init */
+    if (next >= 0 && next != t->rank && !t->peers[next].conn) return peer_connect(t, next);
+    return 0;
+}
+
+static void sk_peer_name(oobx_tp_t *tpp, int peer, char *buf, size_t len)
+{
+    peer_describe(tp_of(tpp), peer, buf, len);
+}
+
+static void sk_destroy(oobx_tp_t *tpp)
+{
+    sk_tp_t *t = tp_of(tpp);
+    if (!t) return;
+    /* give queued sends a short chance to leave */
+    uint64_t until = oobx_now_ns() + 200000000ull;
+    for (;;) {
+        int queued = 0;
+        for (sk_conn_t *c = t->conns; c; c = c->next_all)
+            if (c->state == SC_READY && c->sq_head) queued = 1;
+        if (!queued || oobx_now_ns() >= until) break;
+        struct pollfd pfd = {.fd = t->epfd, .events = POLLIN};
+        poll(&pfd, 1, 10);
+        for (sk_conn_t *c = t->conns; c; c = c->next_all)
+            if (c->state == SC_READY && c->sq_head) conn_flush(t, c);
+    }
+    while (t->conns) {
+        sk_conn_t *c = t->conns;
+        if (c->fd >= 0) shutdown(c->fd, SHUT_WR);
+        conn_free(t, c);
+    }
+    if (t->listen_fd >= 0) close(t->listen_fd);
+    if (t->epfd >= 0) close(t->epfd);
+    free(t->peers);
+    free(t);
+}
+
+static int pick_listen_addr(const oobx_tp_params_t *p, oobx_sockaddr_t *out, char *why, size_t whylen)
+{
+    const oobx_settings_t *s = p->settings;
+    topo_request_t req = {
+        .ifname_spec = s->socket_ifname,
+        .family = s->socket_family,
+        .allow_linklocal = s->socket_linklocal,
+        .match = p->root_hint,
+        .matchlen = p->root_hint_len,
+        .pci_target = s->topo_pci[0] ? s->topo_pci : NULL,
+    };
+    topo_if_t ifc;
+    int rc = topo_pick_if(&req, &ifc, why, whylen);
+    if (rc != 0) return rc;
+    memset(out, 0, sizeof(*out));
+    memcpy(out, &ifc.addr, ifc.addrlen);
+    sock_addr_set_port(out, 0);
+    OOBX_INFO(p->log, "socket: using %s", why);
+    return 0;
+}
+
+static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
+{
+    sk_tp_t *t = calloc(1, sizeof(*t));
+    if (!t) return OOBX_ERR_NOMEM;
+    t->base.ops = &oobx_socket_ops;
+    t->p = *p;
+    t->log = p->log;
+    t->rank = p->rank;
+    t->nranks = p->nranks;
+    t->magic = p->magic;
+    t->timeout_ms = p->settings->timeout_ms;
+    t->listen_fd = -1;
+    t->rng = oobx_random64();
+    t->peers = calloc((size_t)p->nranks, sizeof(*t->peers));
+    t->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (!t->peers || t->epfd < 0) {
+        int rc = t->epfd < 0 ? oobx_fail(p->log, OOBX_ERR_SYSTEM, "socket: epoll_create1: %s", strerror(errno))
+                             : OOBX_ERR_NOMEM;
+        sk_destroy(&t->base);
+        return rc;
+    }
+    sock_raise_nofile();
+    char why[512];
+    int rc = pick_listen_addr(p, &t->addr, why, sizeof(why));
+    if (rc == 0) rc = sock_listen(&t->addr, 4096, &t->listen_fd, why, sizeof(why));
+    if (rc != 0) {
+        rc = oobx_fail(p->log, rc, "socket: rank %d cannot listen: %s", p->rank, why);
+        sk_destroy(&t->base);
+        return rc;
+    }
+    sock_addr_format(&t->addr, t->name, sizeof(t->name));
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
+    epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->listen_fd, &e);
+    *out = &t->base;
+    return 0;
+}
+
+const oobx_tp_ops_t oobx_socket_ops = {
+    .version = OOBX_TP_VERSION,
+    .name = "socket",
+    .create = sk_create,
+    .address = sk_address,
+    .set_peer = sk_set_peer,
+    .ring = sk_ring,
+    .send = sk_send,
+    .progress = sk_progress,
+    .wait_prepare = sk_wait_prepare,
+    .peer_name = sk_peer_name,
+    .destroy = sk_destroy,
+};

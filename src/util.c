@@ -1,0 +1,64 @@
+#include "util.h"
+
+#include <errno.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t oobx_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t oobx_deadline(int timeout_ms)
+{
+    if (timeout_ms < 0) return UINT64_MAX;
+    return oobx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+int oobx_ms_left(uint64_t deadline_ns, int cap_ms)
+{
+    if (deadline_ns == UINT64_MAX) return cap_ms;
+    uint64_t now = oobx_now_ns();
+    if (now >= deadline_ns) return 0;
+    uint64_t left = (deadline_ns - now + 999999ull) / 1000000ull;
+    if (cap_ms >= 0 && left > (uint64_t)cap_ms) return cap_ms;
+    if (left > 0x7fffffff) left = 0x7fffffff;
+    return (int)left;
+}
+
+uint64_t oobx_mix64(uint64_t a, uint64_t b)
+{
+    uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+uint64_t oobx_random64(void)
+{
+    uint64_t v = 0;
+    ssize_t n = getrandom(&v, sizeof(v), GRND_NONBLOCK);
+    if (n == (ssize_t)sizeof(v) && v != 0) return v;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = oobx_mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20), (uint64_t)getpid());
+    v = oobx_mix64(v, oobx_now_ns());
+    return v ? v : 1;
+}
+
+uint64_t oobx_hash64(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0xcbf29ce484222325ull ^ seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
