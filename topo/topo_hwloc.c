@@ -196,6 +196,17 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
         topo_why(why, whylen, "hwloc: cannot initialise a topology: %s", strerror(errno));
         return OOBX_ERR_UNAVAILABLE;
     }
+    /* Only PCI devices and the network/OpenFabrics OS devices matter here. GPU
+     * components are not needed (a GPU is located by its PCI bus id), and gl may
+     * try to reach an X display. On Linux the linux component reads the PCI tree
+     * from sysfs itself; the libpciaccess one adds nothing and leaks at each load. */
+    static const char *const unneeded[] = {"gl", "opencl", "cuda", "nvml", "rsmi", "levelzero",
+#ifdef __linux__
+                                           "pci",
+#endif
+    };
+    for (size_t i = 0; i < sizeof(unneeded) / sizeof(unneeded[0]); i++)
+        (void)hwloc_topology_set_components(c->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unneeded[i]);
     hwloc_topology_set_io_types_filter(c->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     /* any PCI device may be the target, not only those hwloc deems important */
     if (pci) hwloc_topology_set_type_filter(c->topo, HWLOC_OBJ_PCI_DEVICE, HWLOC_TYPE_FILTER_KEEP_ALL);
