@@ -431,11 +431,14 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
                 c->s_tail -= c->s_head;
                 c->s_head = 0;
             }
-            n = recv(c->fd, c->stage + c->s_tail, SK_STAGE_BYTES - c->s_tail, MSG_DONTWAIT);
+            size_t room = SK_STAGE_BYTES - c->s_tail;
+            n = recv(c->fd, c->stage + c->s_tail, room, MSG_DONTWAIT);
             if (n > 0) {
                 c->s_tail += (size_t)n;
                 budget -= (size_t)n < budget ? (size_t)n : budget;
                 if (conn_parse(t, c) != 0) return;
+                /* a short read emptied the socket: epoll says when there is more */
+                if ((size_t)n < room) return;
                 continue;
             }
         }
