@@ -64,6 +64,8 @@ static void topo_report_pick(FILE *out, const char *transport, const topo_reques
     int idx = topo_pick_device(req, names, n, why, sizeof(why));
     if (idx >= 0)
         fprintf(out, "  %-7s %s\n", transport, why);
+    else if (idx == OOBX_ERR_UNAVAILABLE && req->net_device && req->net_device[0])
+        fprintf(out, "  %-7s %s (named by OOBX_NET_DEVICE; hwloc does not list it)\n", transport, req->net_device);
     else
         fprintf(out, "  %-7s none: %s\n", transport, why);
     free(names);
@@ -71,7 +73,7 @@ static void topo_report_pick(FILE *out, const char *transport, const topo_reques
 
 static void topo_report_req(FILE *out, const topo_request_t *req)
 {
-    fprintf(out, "topology: %s%s\n", req->xml_path && req->xml_path[0] ? "file " : "this machine",
+    fprintf(out, "source:   %s%s\n", req->xml_path && req->xml_path[0] ? "file " : "this machine",
             req->xml_path && req->xml_path[0] ? req->xml_path : "");
 #ifdef OOBX_HAVE_HWLOC
     fprintf(out, "hwloc:    built in\n");
@@ -88,6 +90,7 @@ static void topo_report_req(FILE *out, const topo_request_t *req)
     int ndev = 0;
     char why[512];
     int rc = topo_rank_devices(req, 0, &devs, &ndev, why, sizeof(why));
+    int ranked = rc == OOBX_SUCCESS;
     fprintf(out, "\ndevices, closest first:\n");
     if (rc != OOBX_SUCCESS) {
         fprintf(out, "  unknown: %s\n", why);
@@ -131,9 +134,14 @@ static void topo_report_req(FILE *out, const topo_request_t *req)
     free(ifs);
     int nrdma = 0;
     for (int i = 0; i < ndev; i++) nrdma += devs[i].kind == TOPO_DEV_RDMA;
-    if (ndev == 0 && rc != OOBX_SUCCESS) {
-        fprintf(out, "  %-7s the first device UCX lists, unless OOBX_NET_DEVICE names one\n", "ucx");
-        fprintf(out, "  %-7s the first device libibverbs lists, unless OOBX_NET_DEVICE names one\n", "verbs");
+    if (!ranked) {
+        if (req->net_device && req->net_device[0]) {
+            fprintf(out, "  %-7s %s (named by OOBX_NET_DEVICE)\n", "ucx", req->net_device);
+            fprintf(out, "  %-7s %s (named by OOBX_NET_DEVICE)\n", "verbs", req->net_device);
+        } else {
+            fprintf(out, "  %-7s the first device UCX lists (hwloc cannot rank them)\n", "ucx");
+            fprintf(out, "  %-7s the first device libibverbs lists (hwloc cannot rank them)\n", "verbs");
+        }
     } else {
         topo_report_pick(out, "ucx", req, devs, ndev, nrdma ? TOPO_DEV_RDMA : TOPO_DEV_NET,
                          "the first device UCX lists (hwloc sees no network device)");

@@ -315,14 +315,16 @@ static void test_pick_if_filters(void **state)
     expect_pick(ifs, n, &req, "eth0", "fd00::5", NULL);
     /* link-local only when asked for */
     topo_if_t only_ll[] = {ifs[2]};
-    topo_if_t out;
+    topo_if_t out, untouched;
     char why[512];
+    memset(&out, 0xab, sizeof(out));
+    memset(&untouched, 0xab, sizeof(untouched));
     assert_int_equal(topo_pick_if_from(only_ll, 1, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_memory_equal(&out, &untouched, sizeof(out)); /* output set only on success */
     assert_why_has(why, "link-local");
     assert_why_has(why, "OOBX_SOCKET_LINKLOCAL");
     req.allow_linklocal = 1;
     expect_pick(only_ll, 1, &req, "eth0", "fe80::5", "fe80::5%eth0/64");
-    assert_int_equal(((struct sockaddr_in6 *)&out.addr)->sin6_scope_id, 0); /* out untouched on failure */
     req.allow_linklocal = 0;
     req.family = AF_INET;
     expect_pick(ifs, n, &req, "eth0", "10.0.0.5", NULL);
@@ -652,7 +654,7 @@ static void test_report(void **state)
     topo_request_t req = {.xml_path = XML_GPU, .pci_target = "0000:9a:00.0", .ifname_spec = "lo"};
     topo_report(f, &req);
     fclose(f);
-    assert_why_has(text, "topology: file " XML_GPU);
+    assert_why_has(text, "source:   file " XML_GPU);
     assert_why_has(text, "target PCI 0000:9a:00.0 (CPUs 8-11, NUMA 1, package 1)");
     assert_why_has(text, "mlx5_2       rdma  0000:9b:00.0  1     1        switch");
     assert_why_has(text, "socket  lo 127.0.0.1/8: first interface selected by OOBX_SOCKET_IFNAME=lo");
