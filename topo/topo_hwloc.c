@@ -267,7 +267,8 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
     /* the calling thread's binding; a topology read from a file has none */
     hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
     const char *head = "the whole machine (topology from a file)";
-    if (cpus && !xml) {
+    int own = !xml && hwloc_topology_is_thissystem(c->topo);
+    if (cpus && own) {
         head = "this thread's CPU binding";
         if ((hwloc_get_cpubind(c->topo, cpus, HWLOC_CPUBIND_THREAD) != 0 &&
              hwloc_get_cpubind(c->topo, cpus, HWLOC_CPUBIND_PROCESS) != 0) ||
@@ -277,7 +278,7 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
         }
         hwloc_bitmap_and(cpus, cpus, all);
     }
-    topo_ctx_set_locality(c, cpus && !xml ? cpus : all, NULL);
+    topo_ctx_set_locality(c, cpus && own ? cpus : all, NULL);
     hwloc_bitmap_free(cpus);
     char text[224];
     snprintf(text, sizeof(text), "%s%s", note, head);

@@ -73,8 +73,13 @@ static void topo_report_pick(FILE *out, const char *transport, const topo_reques
 
 static void topo_report_req(FILE *out, const topo_request_t *req)
 {
-    fprintf(out, "source:   %s%s\n", req->xml_path && req->xml_path[0] ? "file " : "this machine",
-            req->xml_path && req->xml_path[0] ? req->xml_path : "");
+    const char *hwloc_xml = getenv("HWLOC_XMLFILE");
+    if (req->xml_path && req->xml_path[0])
+        fprintf(out, "source:   file %s\n", req->xml_path);
+    else if (hwloc_xml && hwloc_xml[0])
+        fprintf(out, "source:   file %s (HWLOC_XMLFILE)\n", hwloc_xml);
+    else
+        fprintf(out, "source:   this machine\n");
 #ifdef OOBX_HAVE_HWLOC
     fprintf(out, "hwloc:    built in\n");
 #else
