@@ -7,6 +7,8 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -735,6 +737,21 @@ static void test_this_machine(void **state)
     assert_true(rc == OOBX_SUCCESS || rc == OOBX_ERR_UNAVAILABLE);
     if (rc == OOBX_SUCCESS) assert_why_has(why, "target ");
     free(devs);
+#ifdef OOBX_HAVE_HWLOC
+    /* the default target is the calling thread's binding */
+    cpu_set_t saved, one;
+    if (rc == OOBX_SUCCESS && pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved) == 0 &&
+        CPU_ISSET(0, &saved)) {
+        CPU_ZERO(&one);
+        CPU_SET(0, &one);
+        assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+        rc = topo_rank_devices(&req, 0, &devs, &nd, why, sizeof(why));
+        pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
+        assert_int_equal(rc, OOBX_SUCCESS);
+        assert_why_has(why, "this thread's CPU binding (CPUs 0,");
+        free(devs);
+    }
+#endif
 }
 
 int main(void)
