@@ -73,6 +73,7 @@ include verbs/verbs.mk
 include tools/tools.mk
 include tests/tests.mk
 include bench/bench.mk
+include docs/docs.mk
 
 all: $(ALL_TARGETS)
 	@true
@@ -111,3 +112,6 @@ clean:
 .PHONY: all deps test demo run-demo install clean check
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# the examples in docs/ run before the suites, so `make check` still ends with its summary line
+check: check-examples
