@@ -40,7 +40,7 @@ LOOPBACK_ENV = {
 # oobx transports: name -> (OOBX_TRANSPORT, extra environment)
 VARIANTS = {
     "socket": ("socket", {}),
-    "ucx-shm": ("ucx", {"UCX_TLS": "posix,self"}),
+    "ucx-shm": ("ucx", {"UCX_TLS": "posix,sysv,self,tcp"}),
     "ucx-tcp": ("ucx", {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}),
 }
 
@@ -58,7 +58,8 @@ def matrix(name):
             m["oobx"].append(dict(variant=v, ranks=8, sizes=sizes, filter=COLLECTIVES, **common))
         m["init"] = [dict(variant="socket", ranks=r, roots=1, reps=1) for r in (2, 8, 64)]
         m["peers"] = [dict(peer=p, ranks=r, sizes=sizes, **common)
-                      for p in ("openmpi-shm", "openmpi-tcp", "mpich") for r in (2, 8)]
+                      for p in ("openmpi-shm", "openmpi-tcp", "mpich", "mpich-tcp")
+                      for r in (2, 8)]
         m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=[8, KIB]),
                          dict(test="tag_lat", tls="tcp", sizes=[8, KIB])]
         return m
@@ -114,6 +115,7 @@ class Runner:
         for d in ("raw", "logs"):
             os.makedirs(os.path.join(self.out, d), exist_ok=True)
         self.failures = []
+        self.loads = []  # (launch, 1-minute load average before it): others' work skews figures
         self.t0 = time.time()
 
     def log(self, msg):
@@ -126,6 +128,7 @@ class Runner:
         if env:
             full_env.update(env)
         logpath = os.path.join(self.out, "logs", name + ".log")
+        self.loads.append((name, loadavg()))
         self.log("%s: %s" % (name, " ".join(cmd)))
         t = time.time()
         with open(logpath, "w") as logf:
@@ -300,6 +303,14 @@ class Runner:
                        "benchmarks": entries}, f, indent=1)
 
 
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
 def free_port():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
@@ -321,6 +332,9 @@ def main():
     if args.clean:
         for d in ("raw", "logs"):
             shutil.rmtree(os.path.join(args.out, d), ignore_errors=True)
+        for f in ("load.txt", "duration.txt", "failures.txt"):
+            if os.path.exists(os.path.join(args.out, f)):
+                os.remove(os.path.join(args.out, f))
 
     m = matrix(args.matrix)
     parts = [p for p in args.parts.split(",") if p]
@@ -352,6 +366,10 @@ def main():
 
     with open(os.path.join(args.out, "failures.txt"), "w") as f:
         f.write("\n".join(run.failures) + ("\n" if run.failures else ""))
+    with open(os.path.join(args.out, "load.txt"), "a") as f:
+        f.write("".join("%s %.2f\n" % nl for nl in run.loads))
+    with open(os.path.join(args.out, "duration.txt"), "a") as f:
+        f.write("%s %.0f\n" % (args.matrix + ":" + args.parts, time.time() - run.t0))
     run.log("finished in %.0fs, %d failed launch(es)%s" %
             (time.time() - run.t0, len(run.failures),
              "; see " + os.path.join(args.out, "failures.txt") if run.failures else ""))

@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""Writes OUT/results.md: oobx and its peers side by side, with ratios.
+
+    python3 bench/report.py --out build/bench [--command "make bench"]
+
+Ratios are oobx time / peer time: below 1, oobx is faster.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results as R  # noqa: E402
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                              timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine():
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"^model name\s*:\s*(.*)$", f.read(), re.M)
+            cpu = m.group(1) if m else ""
+    except OSError:
+        pass
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            m = re.search(r"^MemTotal:\s*(\d+)", f.read(), re.M)
+            mem = "%.1f GiB" % (int(m.group(1)) / 1048576) if m else ""
+    except OSError:
+        pass
+    osname = sh(". /etc/os-release 2>/dev/null && echo $PRETTY_NAME")
+    virt = sh("systemd-detect-virt 2>/dev/null") or sh("lscpu | sed -n 's/^Hypervisor vendor: *//p'")
+    return [
+        ("CPU", "%s, %d cores online%s" % (cpu, os.cpu_count() or 0,
+                                           ", virtual machine (%s)" % virt if virt and virt != "none" else "")),
+        ("Memory", mem),
+        ("OS", "%s, Linux %s" % (osname, platform.release())),
+        ("Compiler", sh("cc --version | head -1")),
+        ("UCX", sh("ucx_info -v 2>/dev/null | sed -n 's/^# Library version: *//p'")),
+        ("Open MPI", sh("mpirun.openmpi --version 2>/dev/null | head -1")),
+        ("MPICH", sh("mpiexec.mpich --version 2>/dev/null | sed -n 's/^ *Version: *//p' | head -1")),
+        ("Google Benchmark", sh("pkg-config --modversion benchmark 2>/dev/null")),
+        ("oobx", sh("git rev-parse --short HEAD 2>/dev/null")
+         + (" (with local changes)" if sh("git status --porcelain -- src ucx verbs topo include 2>/dev/null") else "")),
+    ]
+
+
+def us(x):
+    if x is None:
+        return "–"
+    if x >= 100000:
+        return "%.0f" % x
+    if x >= 100:
+        return "%.1f" % x
+    if x >= 10:
+        return "%.2f" % x
+    return "%.3g" % x
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "–"
+    return "%.2f" % (a / b)
+
+
+def lat(recs, series, kind, ranks, nbytes=0):
+    r = R.one(recs, series=series, kind=kind, ranks=ranks, bytes=nbytes)
+    return r["lat_us"] if r else None
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i else "---"
+                                                          for i in range(len(head))) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def headline(recs):
+    cols = ["oobx socket", "oobx ucx-shm", "Open MPI shm", "Open MPI tcp", "MPICH", "MPICH tcp"]
+    rows = []
+    for n in (2, 8, 64):
+        for b in (8, KIB, MIB):
+            v = {c: lat(recs, c, "allgather", n, b) for c in cols}
+            rows.append([n, R.fmt_bytes(b)] + [us(v[c]) for c in cols] +
+                        [ratio(v["oobx socket"], v["Open MPI tcp"]),
+                         ratio(v["oobx socket"], v["MPICH tcp"]),
+                         ratio(v["oobx ucx-shm"], v["Open MPI shm"]),
+                         ratio(v["oobx ucx-shm"], v["MPICH"])])
+    return table(["ranks", "bytes/rank"] + cols +
+                 ["socket ÷ OMPI tcp", "socket ÷ MPICH tcp", "ucx-shm ÷ OMPI shm", "ucx-shm ÷ MPICH"],
+                 rows)
+
+
+def barrier_table(recs):
+    cols = ["oobx socket", "oobx ucx-shm", "oobx ucx-tcp", "Open MPI shm", "Open MPI tcp", "MPICH",
+            "MPICH tcp"]
+    ranks = sorted({r["ranks"] for r in R.pick(recs, kind="barrier")})
+    rows = []
+    for n in ranks:
+        v = {c: lat(recs, c, "barrier", n) for c in cols}
+        rows.append([n] + [us(v[c]) for c in cols] +
+                    [ratio(v["oobx socket"], v["Open MPI tcp"]), ratio(v["oobx ucx-shm"], v["Open MPI shm"])])
+    return table(["ranks"] + cols + ["socket ÷ OMPI tcp", "ucx-shm ÷ OMPI shm"], rows)
+
+
+def pingpong_table(recs):
+    cols = ["oobx socket", "raw TCP", "oobx ucx-shm", "ucx_perftest posix", "oobx ucx-tcp",
+            "ucx_perftest tcp", "Open MPI shm", "Open MPI tcp", "MPICH", "MPICH tcp"]
+    sizes = sorted({r["bytes"] for r in R.pick(recs, kind="pingpong", ranks=2)} |
+                   {r["bytes"] for r in R.pick(recs, kind="tag_lat")})
+    rows = []
+    for b in sizes:
+        v = {}
+        for c in cols:
+            if c.startswith("ucx_perftest"):
+                r = R.one(recs, series=c, kind="tag_lat", bytes=b)
+                v[c] = r["lat_us"] if r else None
+            else:
+                v[c] = lat(recs, c, "pingpong", 2, b)
+        rows.append([R.fmt_bytes(b)] + [us(v[c]) for c in cols] +
+                    [ratio(v["oobx socket"], v["raw TCP"]),
+                     ratio(v["oobx ucx-shm"], v["ucx_perftest posix"]),
+                     ratio(v["oobx ucx-tcp"], v["ucx_perftest tcp"])])
+    return table(["bytes"] + cols + ["socket ÷ raw TCP", "ucx-shm ÷ perftest", "ucx-tcp ÷ perftest"],
+                 rows)
+
+
+def init_table(recs, init):
+    configs = sorted({(i["variant"], i["roots"]) for i in init})
+    ranks = sorted({i["ranks"] for i in init} | {r["ranks"] for r in R.pick(recs, kind="init")})
+    head = ["ranks"] + ["oobx %s, %d root%s" % (v, roots, "s" if roots > 1 else "")
+                        for v, roots in configs]
+    mpi_cols = [c for c in ("Open MPI shm", "Open MPI tcp", "MPICH", "MPICH tcp")
+                if R.pick(recs, kind="init", series=c)]
+    head += ["MPI_Init, %s" % c for c in mpi_cols]
+    rows = []
+    for n in ranks:
+        row = [n]
+        for v, roots in configs:
+            m = [i for i in init if i["variant"] == v and i["roots"] == roots and i["ranks"] == n]
+            row.append("%.3f s" % m[0]["wall_s"] if m else "–")
+        for c in mpi_cols:
+            x = lat(recs, c, "init", n)
+            row.append("%.3f s" % (x / 1e6) if x is not None else "–")
+        rows.append(row)
+    return table(head, rows)
+
+
+def phases_table(init):
+    head = ["transport", "roots", "ranks", "wall", "start spread", "init max", "create", "delay",
+            "root", "ring", "allgather", "reps"]
+    rows = []
+    for i in sorted(init, key=lambda i: (i["variant"], i["roots"], i["ranks"])):
+        rows.append([i["variant"], i["roots"], i["ranks"]] +
+                    ["%.3f" % i.get(k, 0) for k in ("wall_s", "start_spread_s", "init_max_s",
+                                                     "create_max_s", "delay_max_s", "root_max_s",
+                                                     "ring_max_s", "allgather_max_s")] + [i["reps"]])
+    return table(head, rows)
+
+
+def targets(recs, init):
+    lines = []
+
+    def add(what, value, target, ok):
+        state = "–" if ok is None else ("met" if ok else "**not met**")
+        lines.append("| %s | %s | %s | %s |" % (what, value, target, state))
+
+    s64 = [i for i in init if i["variant"] == "socket" and i["roots"] == 1 and i["ranks"] == 64]
+    w = s64[0]["wall_s"] if s64 else None
+    add("socket, 64 ranks: all started → all through init", "%.3f s" % w if w else "–", "< 0.5 s",
+        None if w is None else w < 0.5)
+    a = lat(recs, "oobx socket", "allgather", 64, 64)
+    add("socket allgather 64 B/rank, 64 ranks", "%s µs" % us(a), "< 2000 µs",
+        None if a is None else a < 2000)
+    p = lat(recs, "oobx socket", "pingpong", 2, 8)
+    t = lat(recs, "raw TCP", "pingpong", 2, 8)
+    add("socket p2p 8 B round trip ÷ raw TCP ping-pong (same run)",
+        "%s µs vs %s µs = %s×" % (us(p and 2 * p), us(t and 2 * t), ratio(p, t)), "≤ 1.3×",
+        None if p is None or t is None else p / t <= 1.3)
+    for b in (8, 64):
+        u = lat(recs, "oobx ucx-shm", "pingpong", 2, b)
+        pt = R.one(recs, series="ucx_perftest posix", kind="tag_lat", bytes=b)
+        ptv = pt["lat_us"] if pt else None
+        add("UCX shm p2p %d B one-way ÷ ucx_perftest -t tag_lat" % b,
+            "%s µs vs %s µs = %s×" % (us(u), us(ptv), ratio(u, ptv)), "reference", None)
+    ag = R.one(recs, series="oobx ucx-shm", kind="allgather", ranks=4, bytes=MIB)
+    put = R.one(recs, series="ucx_perftest posix", kind="ucp_put_bw", bytes=MIB)
+    add("UCX shm allgather 1 MiB/rank, 4 ranks: busbw vs ucx_perftest -t ucp_put_bw 1 MiB",
+        "%s GB/s vs %s GB/s" % ("%.2f" % ag["busbw"] if ag else "–", "%.2f" % put["busbw"] if put else "–"),
+        "reference", None)
+    u = lat(recs, "oobx ucx-shm", "allgather", 64, 64)
+    s = lat(recs, "oobx socket", "allgather", 64, 64)
+    add("allgather 64 B/rank, 64 ranks: UCX shm ÷ socket", "%s µs vs %s µs = %s×" % (us(u), us(s), ratio(u, s)),
+        "reference", None)
+    u = R.one(recs, series="oobx ucx-tcp", kind="allgather", ranks=4, bytes=MIB)
+    s = R.one(recs, series="oobx socket", kind="allgather", ranks=4, bytes=MIB)
+    add("allgather 1 MiB/rank, 4 ranks: UCX tcp vs socket (busbw)",
+        "%s GB/s vs %s GB/s" % ("%.2f" % u["busbw"] if u else "–", "%.2f" % s["busbw"] if s else "–"),
+        "reference", None)
+    return "\n".join(["| measure | value | target | |", "|---|---|---|---|"] + lines)
+
+
+def full_tables(recs):
+    out = []
+    kinds = [("allgather", "average latency µs / busbw GB/s"), ("group_allgather", "µs / busbw GB/s"),
+             ("bcast", "µs / busbw GB/s"), ("pingpong", "one-way µs / GB/s"),
+             ("stream_bw", "µs per message / GB/s")]
+    for kind, what in kinds:
+        sel = R.pick(recs, kind=kind)
+        if not sel:
+            continue
+        out.append("### %s (%s)\n" % (kind, what))
+        for n in sorted({r["ranks"] for r in sel}):
+            sn = [r for r in sel if r["ranks"] == n]
+            series = [s for s in R.SERIES_ORDER if any(r["series"] == s for r in sn)]
+            series += sorted({r["series"] for r in sn} - set(series))
+            sizes = sorted({r["bytes"] for r in sn})
+            rows = []
+            for b in sizes:
+                row = [R.fmt_bytes(b)]
+                for s in series:
+                    r = R.one(sn, series=s, bytes=b)
+                    row.append("%s / %.3g" % (us(r["lat_us"]), r["busbw"]) if r else "–")
+                rows.append(row)
+            out.append("%d ranks:\n\n%s\n" % (n, table(["bytes"] + series, rows)))
+    sel = R.pick(recs, kind=lambda k: k in ("comm_init", "comm_split"))
+    if sel:
+        rows = [[r["series"], r["kind"], r["ranks"], us(r["lat_us"])]
+                for r in sorted(sel, key=lambda r: (r["kind"], r["series"], r["ranks"]))]
+        out.append("### communicator life cycle (in a running job)\n\n" +
+                   table(["series", "op", "ranks", "µs"], rows) + "\n")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="build/bench")
+    ap.add_argument("--command", default="")
+    args = ap.parse_args()
+    recs = R.load(args.out)
+    init = R.load_init(args.out)
+    runcmd = ""
+    try:
+        with open(os.path.join(args.out, "command.txt")) as f:
+            runcmd = f.read().strip()
+    except OSError:
+        pass
+    failures = ""
+    try:
+        with open(os.path.join(args.out, "failures.txt")) as f:
+            failures = f.read().strip()
+    except OSError:
+        pass
+
+    md = ["# oobx benchmark results", ""]
+    md.append("Made by `%s`%s on %s." % (args.command or "bench/report.py",
+                                        " (runner: `%s`)" % runcmd if runcmd else "",
+                                        datetime.datetime.now().strftime("%Y-%m-%d %H:%M")))
+    md.append("")
+    md.append("Machine:\n")
+    md += ["- %s: %s" % kv for kv in machine() if kv[1]]
+    loads = []
+    try:
+        with open(os.path.join(args.out, "load.txt")) as f:
+            loads = [float(l.split()[-1]) for l in f if l.strip()]
+    except (OSError, ValueError):
+        pass
+    if loads:
+        md.append("- Load average (1 min) before the launches: %.1f to %.1f, median %.1f "
+                  "(above the core count, other work was sharing the machine)" %
+                  (min(loads), max(loads), sorted(loads)[len(loads) // 2]))
+    try:
+        with open(os.path.join(args.out, "duration.txt")) as f:
+            md.append("- Run time: " + ", ".join("%s s (%s)" % tuple(reversed(l.split()))
+                                                 for l in f if l.strip()))
+    except OSError:
+        pass
+    md.append("")
+    md.append("Method: every operation is timed in batches; a batch starts after a barrier and its "
+              "time is the maximum over ranks; the batch size comes from a warm-up whose maximum "
+              "over ranks is the same on every rank. Times are averages per operation in µs "
+              "(ping-pong: one-way, half the round trip). Allgather size is bytes per rank (OSU); "
+              "algbw = ranks × size / t, busbw = algbw × (n−1)/n (nccl-tests). All ranks are "
+              "processes on this one machine, all traffic on loopback or shared memory. "
+              "Ratios are oobx ÷ peer: below 1, oobx is faster.")
+    md.append("")
+    md.append("## Allgather: average latency (µs)\n")
+    md.append(headline(recs))
+    md.append("")
+    md.append("## Barrier (µs)\n")
+    md.append(barrier_table(recs))
+    md.append("")
+    md.append("## Ping-pong, 2 ranks: one-way latency (µs)\n")
+    md.append(pingpong_table(recs))
+    md.append("")
+    md.append("## Start-up: all processes started → all ranks through init\n")
+    md.append(init_table(recs, init))
+    md.append("")
+    md.append("Phases (seconds, maximum over ranks; median of the repetitions):\n")
+    md.append(phases_table(init))
+    md.append("")
+    md.append("## Targets\n")
+    md.append(targets(recs, init))
+    md.append("")
+    md.append("## All results\n")
+    md.append(full_tables(recs))
+    if failures:
+        md.append("## Failed launches\n")
+        md.append("```\n%s\n```" % failures)
+    md.append("")
+    path = os.path.join(args.out, "results.md")
+    with open(path, "w") as f:
+        f.write("\n".join(md))
+    print("report: %s" % path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
