@@ -196,13 +196,15 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
         topo_why(why, whylen, "hwloc: cannot initialise a topology: %s", strerror(errno));
         return OOBX_ERR_UNAVAILABLE;
     }
-    /* Only PCI devices and the network/OpenFabrics OS devices matter here. GPU
-     * components are not needed (a GPU is located by its PCI bus id), and gl may
-     * try to reach an X display. On Linux the linux component reads the PCI tree
-     * from sysfs itself; the libpciaccess one adds nothing and leaks at each load. */
+    /* Only packages, NUMA nodes, PCI devices and the network/OpenFabrics OS
+     * devices matter here. GPU components are not needed (a GPU is located by
+     * its PCI bus id), and gl may try to reach an X display. On Linux the linux
+     * component reads the CPU and PCI trees from sysfs itself: the libpciaccess
+     * one adds nothing and leaks at each load, and the x86 one moves the thread
+     * over every CPU to read CPUID (cache details nobody here needs). */
     static const char *const unneeded[] = {"gl", "opencl", "cuda", "nvml", "rsmi", "levelzero",
 #ifdef __linux__
-                                           "pci",
+                                           "pci", "x86",
 #endif
     };
     for (size_t i = 0; i < sizeof(unneeded) / sizeof(unneeded[0]); i++)
