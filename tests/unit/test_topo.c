@@ -7,6 +7,9 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <net/if.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -696,6 +699,143 @@ static void test_without_hwloc(void **state)
 
 #endif
 
+/* ---- real interfaces in a network namespace of our own ------------------- */
+
+/* Runs in a child inside a fresh network namespace: lo, a veth pair ens9/veth9
+ * (a real-looking interface and a container-side one), a bridge docker0
+ * and eth8, a veth whose peer is down (no carrier).
+ * Returns NULL when all checks hold, else what failed. Nothing is sent. */
+static const char *netns_checks(char *msg, size_t len)
+{
+    static const char *const setup =
+        "ip link set lo up && "
+        "ip link add ens9 type veth peer name veth9 && "
+        "ip addr add 10.9.0.1/24 dev ens9 && ip -6 addr add fd09::1/64 dev ens9 nodad && "
+        "ip addr add 172.18.0.1/16 dev veth9 && ip link set ens9 up && ip link set veth9 up && "
+        "ip link add docker0 type bridge && ip addr add 172.17.0.1/16 dev docker0 && ip link set docker0 up && "
+        "ip link add eth8 type veth peer name eth8p && ip addr add 10.8.0.1/24 dev eth8 && ip link set eth8 up";
+    if (system(setup) != 0) return "SKIP: cannot build the interfaces (ip link add ... type veth/bridge)";
+    topo_if_t *ifs = NULL;
+    int n = 0;
+    if (topo_if_list(&ifs, &n) != OOBX_SUCCESS) return "topo_if_list failed";
+    int seen_ens9 = 0, seen_ll = 0, seen_docker = 0, seen_eth8 = 0;
+    for (int i = 0; i < n; i++) {
+        const topo_if_t *t = &ifs[i];
+        if (strcmp(t->name, "ens9") == 0 && t->family == AF_INET) {
+            seen_ens9 = t->up && t->prefixlen == 24 && !t->loopback;
+        } else if (strcmp(t->name, "ens9") == 0 && t->linklocal) {
+            seen_ll = ((const struct sockaddr_in6 *)&t->addr)->sin6_scope_id == if_nametoindex("ens9");
+        } else if (strcmp(t->name, "docker0") == 0) {
+            seen_docker = 1;
+        } else if (strcmp(t->name, "eth8") == 0) {
+            seen_eth8 = !t->up;
+        }
+    }
+    free(ifs);
+    if (!seen_ens9) return "ens9 10.9.0.1/24 not listed as up with prefix 24";
+    if (!seen_docker) return "docker0 not listed";
+    if (!seen_eth8) return "eth8 (peer down) not listed, or listed as up";
+    (void)seen_ll; /* the kernel adds the link-local address only after the link is up: not always there yet */
+
+    static const struct {
+        const char *spec;
+        int family;
+        const char *root;
+        const char *want; /* "name address", or "!" + a part of the error */
+    } cases[] = {
+        {NULL, AF_UNSPEC, NULL, "ens9 10.9.0.1"},
+        {"^ens", AF_UNSPEC, NULL, "veth9 172.18.0.1"},
+        {"^ens,veth,docker", AF_UNSPEC, NULL, "lo 127.0.0.1"},
+        {NULL, AF_INET6, NULL, "ens9 fd09::1"},
+        {NULL, AF_UNSPEC, "127.0.0.1", "lo 127.0.0.1"},
+        {NULL, AF_UNSPEC, "::1", "lo ::1"},
+        {NULL, AF_UNSPEC, "172.18.3.4", "veth9 172.18.0.1"},
+        {"docker", AF_UNSPEC, NULL, "docker0 172.17.0.1"},
+        {"^ens,veth9", AF_UNSPEC, NULL, "docker0 172.17.0.1"},
+        {"=eth8", AF_UNSPEC, NULL, "!eth8 10.8.0.1/24 (down)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = 0;
+        topo_request_t req = {.ifname_spec = cases[i].spec, .family = cases[i].family};
+        if (cases[i].root) {
+            memset(&ss, 0, sizeof(ss));
+            if (strchr(cases[i].root, ':')) {
+                struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+                s6->sin6_family = AF_INET6;
+                inet_pton(AF_INET6, cases[i].root, &s6->sin6_addr);
+                sl = sizeof(*s6);
+            } else {
+                struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+                s4->sin_family = AF_INET;
+                inet_pton(AF_INET, cases[i].root, &s4->sin_addr);
+                sl = sizeof(*s4);
+            }
+            req.match = (const struct sockaddr *)&ss;
+            req.matchlen = sl;
+        }
+        topo_if_t out;
+        char why[768] = "", got[160];
+        int rc = topo_pick_if(&req, &out, why, sizeof(why));
+        if (cases[i].want[0] == '!') {
+            if (rc != OOBX_ERR_UNAVAILABLE || !strstr(why, cases[i].want + 1)) {
+                snprintf(msg, len, "spec %s: rc %d, want the error '%s': %s", cases[i].spec ? cases[i].spec : "-", rc,
+                         cases[i].want + 1, why);
+                return msg;
+            }
+            continue;
+        }
+        char a[INET6_ADDRSTRLEN] = "";
+        if (rc == OOBX_SUCCESS) if_addr_text(&out, a, sizeof(a));
+        snprintf(got, sizeof(got), "%s %s", rc == OOBX_SUCCESS ? out.name : "(none)", a);
+        if (strcmp(got, cases[i].want) != 0) {
+            snprintf(msg, len, "case %zu (spec %s, root %s): picked '%s', want '%s': %s", i,
+                     cases[i].spec ? cases[i].spec : "-", cases[i].root ? cases[i].root : "-", got, cases[i].want, why);
+            return msg;
+        }
+    }
+    return NULL;
+}
+
+static void test_netns_interfaces(void **state)
+{
+    (void)state;
+    if (access("/usr/sbin/ip", X_OK) != 0 && access("/sbin/ip", X_OK) != 0 && access("/usr/bin/ip", X_OK) != 0) {
+        print_message("skipped: no ip command (iproute2)\n");
+        skip();
+    }
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(30);
+        char msg[1024];
+        const char *res;
+        if (unshare(CLONE_NEWNET) != 0)
+            res = "SKIP: cannot make a network namespace (needs CAP_SYS_ADMIN)";
+        else
+            res = netns_checks(msg, sizeof(msg));
+        if (res && write(fds[1], res, strlen(res)) < 0) _exit(3);
+        _exit(res ? 1 : 0);
+    }
+    close(fds[1]);
+    char buf[1024];
+    ssize_t k, got = 0;
+    while (got < (ssize_t)sizeof(buf) - 1 && (k = read(fds[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0) got += k;
+    buf[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status)) fail_msg("the namespace child died of signal %d", WTERMSIG(status));
+    if (strncmp(buf, "SKIP: ", 6) == 0) {
+        print_message("skipped: %s\n", buf + 6);
+        skip();
+    }
+    if (WEXITSTATUS(status) != 0) fail_msg("%s", buf[0] ? buf : "the namespace child failed");
+}
+
 /* ---- this machine (loopback only; nothing is sent) ------------------------ */
 
 static void test_this_machine(void **state)
@@ -778,6 +918,7 @@ int main(void)
         cmocka_unit_test(test_without_hwloc),
 #endif
         cmocka_unit_test(test_this_machine),
+        cmocka_unit_test(test_netns_interfaces),
     };
     return cmocka_run_group_tests_name("topo", tests, NULL, NULL);
 }
