@@ -53,6 +53,7 @@ struct Options {
     size_t max_buffer = size_t(256) << 20; // per rank: nranks * size above this is skipped
     int window = 64;
     std::string variant;
+    bool init_no_barrier = false;
 };
 
 struct Job {
@@ -372,6 +373,11 @@ void bm_comm_init(benchmark::State &st, Job &job)
         CHECK(job, oobx_bcast(job.comm, 0, &id, sizeof id));
         oobx_comm_t c = nullptr;
         CHECK(job, oobx_comm_init(&c, job.nranks, job.rank, 1, &id, nullptr));
+        // every rank through init before any destroys: a rank that destroys
+        // its new communicator while a peer still finishes init can make
+        // that peer's init fail (--init-no-barrier shows it)
+        if (!job.opt.init_no_barrier)
+            CHECK(job, oobx_barrier(job.comm));
         CHECK(job, oobx_comm_destroy(c));
     });
     st.counters["lat_us"] = t * 1e6;
@@ -458,6 +464,8 @@ bool take_options(int *argc, char **argv, Options *opt)
             ok = (opt->window = std::atoi(v)) > 0;
         else if ((v = val("--variant=")))
             opt->variant = v;
+        else if (std::strcmp(a, "--init-no-barrier") == 0)
+            opt->init_no_barrier = true;
         else {
             argv[out++] = argv[i];
             continue;
@@ -546,6 +554,9 @@ int main(int argc, char **argv)
                      oobx_last_error());
         return 2;
     }
+    // oobx_get_unique_id, like NCCL's, binds its root to OOBX_COMM_ID when it
+    // is set; the comm_init benchmark wants fresh roots on free ports
+    unsetenv("OOBX_COMM_ID");
     CHECK(job, oobx_comm_rank(job.comm, &job.rank));
     CHECK(job, oobx_comm_size(job.comm, &job.nranks));
 

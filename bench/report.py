@@ -281,9 +281,11 @@ def main():
     except (OSError, ValueError):
         pass
     if loads:
-        md.append("- Load average (1 min) before the launches: %.1f to %.1f, median %.1f "
-                  "(above the core count, other work was sharing the machine)" %
-                  (min(loads), max(loads), sorted(loads)[len(loads) // 2]))
+        med = sorted(loads)[len(loads) // 2]
+        md.append("- Load average (1 min) before the launches: %.1f to %.1f, median %.1f%s" %
+                  (min(loads), max(loads), med,
+                   " (the benchmark's own ranks count in it; a median well above the core "
+                   "count means other work shared the machine)" if med > (os.cpu_count() or 1) else ""))
     try:
         with open(os.path.join(args.out, "duration.txt")) as f:
             md.append("- Run time: " + ", ".join("%s s (%s)" % tuple(reversed(l.split()))
