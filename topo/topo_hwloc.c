@@ -509,9 +509,16 @@ int topo_pick_device(const topo_request_t *req, const char *const *names, int nn
                  names[best], nnames);
     else if (nnames == 1)
         topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best], topo_closeness_name(close[best]), rwhy);
-    else
-        topo_why(why, whylen, "%s: closest (%s) of %d candidates; %s", names[best], topo_closeness_name(close[best]),
-                 nnames, rwhy);
+    else {
+        int ties = 0;
+        for (int i = 0; i < nnames; i++) ties += close[i] == close[best];
+        if (ties > 1)
+            topo_why(why, whylen, "%s: first of the candidates closest (%s), %d of %d; %s", names[best],
+                     topo_closeness_name(close[best]), ties, nnames, rwhy);
+        else
+            topo_why(why, whylen, "%s: closest (%s) of %d candidates; %s", names[best],
+                     topo_closeness_name(close[best]), nnames, rwhy);
+    }
     free(close);
     return best;
 }

@@ -346,7 +346,7 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
         if (!seen) distinct++;
     }
     char hwloc_note[320] = "";
-    int closeness = -1;
+    int closeness = -1, tied = 0;
     if (!spec && best_class == 0 && distinct > 1) {
         const char **names = malloc((size_t)ncand * sizeof(*names));
         int *close = malloc((size_t)ncand * sizeof(*close));
@@ -360,6 +360,8 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
                     if (close[j] < close[bj]) bj = j;
                 pick = cand[bj];
                 closeness = close[bj];
+                for (int j = 0; j < ncand; j++) /* other names as close: a tie kept in order */
+                    if (close[j] == closeness && strcmp(ifs[cand[j]].name, ifs[pick].name) != 0) tied++;
                 topo_appendf(hwloc_note, sizeof(hwloc_note), "%s", rwhy);
             } else if (rc == OOBX_ERR_INVALID) {
                 snprintf(why, whylen, "%s", rwhy);
@@ -391,8 +393,12 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
         if (named) {
             topo_appendf(why, whylen, "first interface selected by OOBX_SOCKET_IFNAME=%s", spec);
         } else if (closeness >= 0) {
-            topo_appendf(why, whylen, "closest (%s) of %d interfaces by hwloc", topo_closeness_name(closeness),
-                         distinct);
+            if (tied)
+                topo_appendf(why, whylen, "first of the interfaces closest (%s) by hwloc, %d of %d",
+                             topo_closeness_name(closeness), tied + 1, distinct);
+            else
+                topo_appendf(why, whylen, "closest (%s) of %d interfaces by hwloc", topo_closeness_name(closeness),
+                             distinct);
             if (hwloc_note[0]) topo_appendf(why, whylen, " (%s)", hwloc_note);
         } else {
             const char *what = best_class == 2 ? "loopback, the only kind left"

@@ -713,7 +713,10 @@ static const char *netns_checks(char *msg, size_t len)
         "ip addr add 10.9.0.1/24 dev ens9 && ip -6 addr add fd09::1/64 dev ens9 nodad && "
         "ip addr add 172.18.0.1/16 dev veth9 && ip link set ens9 up && ip link set veth9 up && "
         "ip link add docker0 type bridge && ip addr add 172.17.0.1/16 dev docker0 && ip link set docker0 up && "
-        "ip link add eth8 type veth peer name eth8p && ip addr add 10.8.0.1/24 dev eth8 && ip link set eth8 up";
+        "ip link add eth8 type veth peer name eth8p && ip addr add 10.8.0.1/24 dev eth8 && ip link set eth8 up && "
+        /* a veth gets its carrier a moment after both ends are up */
+        "for i in $(seq 100); do ip -o link show ens9 | grep -q LOWER_UP && "
+        "ip -o link show veth9 | grep -q LOWER_UP && break; sleep 0.05; done";
     if (system(setup) != 0) return "SKIP: cannot build the interfaces (ip link add ... type veth/bridge)";
     topo_if_t *ifs = NULL;
     int n = 0;
