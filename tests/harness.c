@@ -210,6 +210,10 @@ oobx_comm_t harness_comm_init_or_die(harness_rank_t *r)
 static void child_main(harness_job_t *job, int rank)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* cmocka's handlers would longjmp a crashing rank back into the test
+     * loop of the parent's copy: a crash must end the rank instead. */
+    static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS, SIGABRT};
+    for (size_t i = 0; i < sizeof crash_sigs / sizeof crash_sigs[0]; i++) signal(crash_sigs[i], SIG_DFL);
     for (int j = 0; j < rank; j++)
         if (job->pidfds[j] >= 0) close(job->pidfds[j]);
 

@@ -1,2 +1,101 @@
-check:
-	@echo "no tests yet"
+# tests/: unit tests (cmocka), the conformance and fault suites, fuzz targets.
+#   make check          every suite, the conformance suite once per transport variant
+#   make check-san      the same at reduced size (OOBX_TEST_SCALE=small), for SAN=address|undefined
+#   make test-long      bigger runs (256 ranks, 1 GiB p2p, 1000 init/destroy cycles)
+#   make fuzz           libFuzzer targets (clang), each for FUZZ_TIME seconds
+# The last line of check is "tests: N passed, N failed, N skipped".
+
+TEST_BUILD   := $(BUILD)/tests
+TEST_CPPFLAGS := -Itests $(shell $(PKG_CONFIG) --cflags cmocka 2>/dev/null)
+TEST_CMOCKA  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null || echo -lcmocka)
+
+# unit tests: linked with the static library so that internals are reachable
+TEST_UNIT_SRC := $(wildcard tests/unit/test_*.c)
+ifneq ($(HAVE_UCX),1)
+TEST_UNIT_SRC := $(filter-out tests/unit/test_ucx_%,$(TEST_UNIT_SRC))
+endif
+TEST_UNIT_BIN := $(patsubst tests/unit/%.c,$(TEST_BUILD)/unit/%,$(TEST_UNIT_SRC))
+
+# multi-rank suites: linked with the shared library, so transport modules load
+TEST_SUITE_BIN := $(patsubst tests/%.c,$(TEST_BUILD)/%,$(wildcard tests/conformance/conformance.c tests/fault/fault.c))
+TEST_HARNESS_OBJ := $(OBJDIR)/tests/harness.o
+TEST_SUITE_LDFLAGS = $(LDFLAGS) -L$(LIBDIR) -Wl,-rpath,'$$ORIGIN/../../lib' -loobx
+
+# wire parsers: the same targets as regression programs over tests/fuzz/corpus
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_REGRESS_BIN := $(patsubst %,$(TEST_BUILD)/fuzz/regress_%,$(FUZZ_TARGETS))
+
+$(OBJDIR)/tests/%.o: CPPFLAGS += $(TEST_CPPFLAGS)
+
+ifeq ($(HAVE_CMOCKA),1)
+ALL_TARGETS += $(TEST_UNIT_BIN) $(TEST_SUITE_BIN)
+endif
+ALL_TARGETS += $(FUZZ_REGRESS_BIN)
+
+TEST_UNIT_UCX_BIN  := $(filter $(TEST_BUILD)/unit/test_ucx_%,$(TEST_UNIT_BIN))
+TEST_UNIT_CORE_BIN := $(filter-out $(TEST_UNIT_UCX_BIN),$(TEST_UNIT_BIN))
+$(TEST_UNIT_CORE_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(LIBOOBX_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS) $(TEST_CMOCKA)
+# the UCX transport's own unit tests also link its objects
+$(OBJDIR)/tests/unit/test_ucx_%.o: CPPFLAGS += -Iucx $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
+$(TEST_UNIT_UCX_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(UCX_OBJ) $(LIBOOBX_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(UCX_OBJ) $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS) $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null) $(TEST_CMOCKA)
+
+$(TEST_BUILD)/conformance/conformance: $(OBJDIR)/tests/conformance/conformance.o $(TEST_HARNESS_OBJ) $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o,$^) $(TEST_SUITE_LDFLAGS) $(TEST_CMOCKA)
+
+$(TEST_BUILD)/fault/fault: $(OBJDIR)/tests/fault/fault.o $(TEST_HARNESS_OBJ) $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o,$^) $(TEST_SUITE_LDFLAGS) $(TEST_CMOCKA)
+
+$(TEST_BUILD)/fuzz/regress_%: $(OBJDIR)/tests/fuzz/fuzz_%.o $(OBJDIR)/tests/fuzz/regress.o $(LIBOOBX_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(OBJDIR)/tests/fuzz/fuzz_$*.o $(OBJDIR)/tests/fuzz/regress.o $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
+
+# seeds for the corpus (make fuzz-seeds rewrites tests/fuzz/corpus/*/seed-*)
+$(TEST_BUILD)/fuzz/mkseeds: $(OBJDIR)/tests/fuzz/mkseeds.o $(LIBOOBX_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
+fuzz-seeds: $(TEST_BUILD)/fuzz/mkseeds
+	$(TEST_BUILD)/fuzz/mkseeds tests/fuzz/corpus
+
+TEST_RUN = bash tests/run-tests.sh $(BUILD)
+
+ifeq ($(HAVE_CMOCKA),1)
+check: $(ALL_TARGETS)
+	@$(TEST_RUN) check
+check-san: $(ALL_TARGETS)
+	@$(TEST_RUN) check-san
+test-long: $(ALL_TARGETS)
+	@$(TEST_RUN) long
+else
+check check-san test-long:
+	@echo "oobx: cmocka not found (pkg-config cmocka): install libcmocka-dev to run the tests" >&2
+	@echo "tests: 0 passed, 1 failed, 0 skipped"
+	@false
+endif
+
+# ---- libFuzzer (clang) ----------------------------------------------------------
+FUZZ_CC   ?= clang
+FUZZ_TIME ?= 20
+FUZZ_BUILD := build-fuzz
+FUZZ_CFLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -pthread -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(CORE_SRC) $(TOPO_SRC))
+FUZZ_BIN := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
+$(FUZZ_BUILD)/liboobx-fuzz.a: $(FUZZ_CORE_OBJ)
+	rm -f $@ && ar rcs $@ $^
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/liboobx-fuzz.a
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(LIB_LIBS)
+
+fuzz-build: $(FUZZ_BIN)
+fuzz: $(FUZZ_BIN)
+	@bash tests/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_TARGETS)
+
+.PHONY: check-san test-long fuzz fuzz-build fuzz-seeds

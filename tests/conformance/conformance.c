@@ -1,0 +1,1016 @@
+/*
+ * The conformance suite: every public call at several job sizes and root
+ * counts, over the transport named by OOBX_TRANSPORT (socket by default).
+ * Each case runs as one job of forked ranks (tests/harness.h).
+ *
+ *   OOBX_TEST_SCALE=small|normal|long   sizes (small: sanitizer runs)
+ *   OOBX_TEST_MAX_RANKS=N               cases with more ranks are skipped
+ *   OOBX_TEST_FILTER=glob               only the cases whose name matches
+ */
+#include <fnmatch.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define OOBX_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#define KiB ((size_t)1024)
+#define MiB (KiB * 1024)
+#define GiB (MiB * 1024)
+#define MAX_SIZES 8
+#define MAX_CASES 256
+#define OOBX_ARRAY_SIZE_(a) (sizeof(a) / sizeof((a)[0]))
+
+typedef struct conf_params {
+    size_t sizes[MAX_SIZES];
+    int nsizes;
+    int threads;     /* threads per rank (p2p threads, comms per process) */
+    int count;       /* messages, cycles */
+    int ncomms;      /* comms per process */
+    oobx_unique_id_t ids[8]; /* ids made by the parent for several comms */
+} conf_params_t;
+
+typedef struct conf_suite conf_suite_t;
+
+typedef struct conf_case {
+    char name[96];
+    harness_job_opts_t job;
+    const char *env[4];
+    char envbuf[2][96];
+    conf_params_t p;
+    const conf_suite_t *suite;
+    int (*prepare)(struct conf_case *c, char *why, size_t len); /* in the parent, before the job */
+} conf_case_t;
+
+struct conf_suite {
+    int scale;
+    int max_ranks;
+    const char *transport;
+    int unavailable;         /* the probe found the transport unusable */
+    char why[4096];
+    conf_case_t *cases; /* MAX_CASES, never moved: jobs point into them */
+    int ncases;
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void *xmalloc(harness_rank_t *r, size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) H_FAIL(r, "out of memory for %zu bytes", n);
+    return p;
+}
+
+/* ---- shared pieces of rank functions ------------------------------------------------ */
+
+static void check_allgather(harness_rank_t *r, oobx_comm_t c, size_t b, unsigned salt, const char *what)
+{
+    int n = r->nranks, me;
+    H_OK(r, oobx_comm_rank(c, &me));
+    H_OK(r, oobx_comm_size(c, &n));
+    unsigned char *buf = xmalloc(r, (size_t)n * b);
+    memset(buf, 0xee, (size_t)n * b);
+    harness_fill(buf + (size_t)me * b, b, me, salt);
+    int rc = oobx_allgather(c, buf, b);
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "%s: oobx_allgather(%zu B per rank, %d ranks): %s: %s", what, b, n, oobx_error_name(rc),
+               oobx_last_error());
+    for (int s = 0; s < n; s++)
+        harness_verify(r, buf + (size_t)s * b, b, s, salt, "%s: allgather of %zu B, slice %d", what, b, s);
+    free(buf);
+}
+
+static void check_bcast(harness_rank_t *r, oobx_comm_t c, int root, size_t b, unsigned salt, const char *what)
+{
+    int me;
+    H_OK(r, oobx_comm_rank(c, &me));
+    unsigned char *buf = xmalloc(r, b);
+    if (me == root)
+        harness_fill(buf, b, root, salt);
+    else
+        memset(buf, 0xee, b);
+    int rc = oobx_bcast(c, root, buf, b);
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "%s: oobx_bcast(root %d, %zu B): %s: %s", what, root, b, oobx_error_name(rc),
+               oobx_last_error());
+    harness_verify(r, buf, b, root, salt, "%s: bcast of %zu B from root %d", what, b, root);
+    free(buf);
+}
+
+/* Each rank sends to the next and receives from the previous one. */
+static void check_ring_p2p(harness_rank_t *r, oobx_comm_t c, size_t b, int tag, const char *what)
+{
+    int n, me;
+    H_OK(r, oobx_comm_rank(c, &me));
+    H_OK(r, oobx_comm_size(c, &n));
+    if (n < 2) return;
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    unsigned char *out = xmalloc(r, b), *in = xmalloc(r, b + 8);
+    harness_fill(out, b, me, (unsigned)tag);
+    int rc = oobx_send(c, next, tag, out, b);
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "%s: oobx_send(to %d, tag %d, %zu B): %s: %s", what, next, tag, b, oobx_error_name(rc),
+               oobx_last_error());
+    size_t got = (size_t)-1;
+    rc = oobx_recv(c, prev, tag, in, b + 8, &got);
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "%s: oobx_recv(from %d, tag %d): %s: %s", what, prev, tag, oobx_error_name(rc),
+               oobx_last_error());
+    if (got != b) H_FAIL(r, "%s: oobx_recv from %d: received %zu B, want %zu", what, prev, got, b);
+    harness_verify(r, in, b, prev, (unsigned)tag, "%s: message from rank %d tag %d", what, prev, tag);
+    free(out);
+    free(in);
+}
+
+static void check_group(harness_rank_t *r, oobx_comm_t c, const int *g, int n, const char *what)
+{
+    int me, idx = -1;
+    H_OK(r, oobx_comm_rank(c, &me));
+    for (int i = 0; i < n; i++)
+        if (g[i] == me) idx = i;
+    if (idx < 0) return;
+    size_t b = 100, bb = 1000;
+    unsigned char *buf = xmalloc(r, OOBX_MAX((size_t)n * b, bb));
+    memset(buf, 0xee, (size_t)n * b);
+    harness_fill(buf + (size_t)idx * b, b, g[idx], 17);
+    int rc = oobx_group_allgather(c, g, n, buf, b);
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "%s: oobx_group_allgather(%d members): %s: %s", what, n, oobx_error_name(rc),
+               oobx_last_error());
+    for (int i = 0; i < n; i++)
+        harness_verify(r, buf + (size_t)i * b, b, g[i], 17, "%s: group allgather slice %d (rank %d)", what, i,
+                       g[i]);
+    rc = oobx_group_barrier(c, g, n);
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "%s: oobx_group_barrier(%d members): %s: %s", what, n, oobx_error_name(rc),
+               oobx_last_error());
+    for (int root = 0; root < n; root += (n > 4 ? n / 3 : 1)) {
+        if (idx == root)
+            harness_fill(buf, bb, g[root], 23);
+        else
+            memset(buf, 0xee, bb);
+        rc = oobx_group_bcast(c, g, n, root, buf, bb);
+        if (rc != OOBX_SUCCESS)
+            H_FAIL(r, "%s: oobx_group_bcast(%d members, root index %d): %s: %s", what, n, root,
+                   oobx_error_name(rc), oobx_last_error());
+        harness_verify(r, buf, bb, g[root], 23, "%s: group bcast from index %d (rank %d)", what, root, g[root]);
+    }
+    free(buf);
+}
+
+/* ---- rank functions ------------------------------------------------------------------ */
+
+/* Every call once. */
+static int rank_api(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int n = r->nranks, me = r->rank;
+    check_allgather(r, c, 100, 1, "api");
+    check_ring_p2p(r, c, 33, 7, "api");
+    H_OK(r, oobx_barrier(c));
+    check_bcast(r, c, 0, 1000, 2, "api");
+    check_bcast(r, c, n - 1, 1000, 3, "api");
+    int *g = xmalloc(r, sizeof(int) * (size_t)n);
+    int ng = 0;
+    for (int i = 0; i < n; i += 2) g[ng++] = i;
+    check_group(r, c, g, ng, "api even ranks");
+    free(g);
+    oobx_comm_t child = NULL;
+    H_OK(r, oobx_comm_split(c, me % 2, me, &child));
+    if (!child) H_FAIL(r, "oobx_comm_split(color %d): child is NULL", me % 2);
+    int cn = -1, cr = -1;
+    H_OK(r, oobx_comm_size(child, &cn));
+    H_OK(r, oobx_comm_rank(child, &cr));
+    H_EQ(r, cn, (n + 1 - me % 2) / 2, "split child size");
+    H_EQ(r, cr, me / 2, "split child rank");
+    check_allgather(r, child, 64, 4, "api child");
+    H_OK(r, oobx_comm_destroy(child));
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Allgather at every size of the case, twice each with different data. */
+static int rank_allgather(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    const char *algo = getenv("OOBX_ALLGATHER_ALGO");
+    char what[64];
+    snprintf(what, sizeof what, "algo %s", algo ? algo : "default");
+    for (int k = 0; k < p->nsizes; k++) {
+        check_allgather(r, c, p->sizes[k], (unsigned)k * 2 + 100, what);
+        check_allgather(r, c, p->sizes[k], (unsigned)k * 2 + 101, what);
+    }
+    /* NULL buffer with 0 bytes is legal */
+    H_OK(r, oobx_allgather(c, NULL, 0));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Ping-pong between ranks 0 and 1 at every size; others (if any) idle. */
+static int rank_p2p_sizes(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int me = r->rank, peer = 1 - me;
+    if (me < 2) {
+        for (int k = 0; k < p->nsizes; k++) {
+            size_t b = p->sizes[k];
+            unsigned char *buf = xmalloc(r, b + 16);
+            size_t got = (size_t)-1;
+            double t0 = harness_now();
+            if (me == 0) {
+                harness_fill(buf, b, 0, (unsigned)k);
+                H_OK(r, oobx_send(c, peer, k, buf, b));
+                memset(buf, 0, b);
+                int rc = oobx_recv(c, peer, 1000 + k, buf, b, NULL);
+                if (rc != OOBX_SUCCESS)
+                    H_FAIL(r, "oobx_recv(%zu B, received NULL): %s: %s", b, oobx_error_name(rc), oobx_last_error());
+                harness_verify(r, buf, b, 1, (unsigned)k, "p2p reply of %zu B", b);
+                if (b >= MiB)
+                    printf("rank 0: p2p round trip of %zu MiB: %.3f s (%.0f MB/s each way)\n", b / MiB,
+                           harness_now() - t0, 2.0 * (double)b / (harness_now() - t0) / 1e6);
+            } else {
+                memset(buf, 0xee, b + 16);
+                int rc = oobx_recv(c, peer, k, buf, b + 16, &got);
+                if (rc != OOBX_SUCCESS)
+                    H_FAIL(r, "oobx_recv(%zu B into %zu): %s: %s", b, b + 16, oobx_error_name(rc), oobx_last_error());
+                H_EQ(r, got, b, "received bytes");
+                harness_verify(r, buf, b, 0, (unsigned)k, "p2p message of %zu B", b);
+                harness_fill(buf, b, 1, (unsigned)k);
+                H_OK(r, oobx_send(c, peer, 1000 + k, buf, b));
+            }
+            free(buf);
+        }
+    }
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Messages sent before their receive is posted, received out of tag order,
+ * from two senders; same-tag messages keep their order. */
+static int rank_p2p_unexpected(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int me = r->rank, n = r->nranks;
+    const int ntags = 11;
+    if (me != 1) {
+        for (int t = ntags - 1; t >= 0; t--) {
+            size_t b = t == ntags - 1 ? MiB : (size_t)t * 100;
+            unsigned char *buf = xmalloc(r, b);
+            harness_fill(buf, b, me, (unsigned)t);
+            H_OK(r, oobx_send(c, 1, t, buf, b));
+            free(buf);
+        }
+        for (int k = 0; k < 3; k++) {
+            unsigned char buf[64];
+            harness_fill(buf, sizeof buf, me, 500u + (unsigned)k);
+            H_OK(r, oobx_send(c, 1, 20, buf, sizeof buf));
+        }
+    }
+    H_OK(r, oobx_barrier(c));
+    if (me == 1) {
+        sleep_ms(100);
+        for (int src = n - 1; src >= 0; src--) {
+            if (src == 1) continue;
+            for (int t = 0; t < ntags; t++) {
+                size_t b = t == ntags - 1 ? MiB : (size_t)t * 100, got = 0;
+                unsigned char *buf = xmalloc(r, b + 1);
+                int rc = oobx_recv(c, src, t, buf, b + 1, &got);
+                if (rc != OOBX_SUCCESS)
+                    H_FAIL(r, "oobx_recv(from %d, tag %d): %s: %s", src, t, oobx_error_name(rc), oobx_last_error());
+                H_EQ(r, got, b, "unexpected message bytes");
+                harness_verify(r, buf, b, src, (unsigned)t, "unexpected message from %d tag %d", src, t);
+                free(buf);
+            }
+            for (int k = 0; k < 3; k++) {
+                unsigned char buf[64];
+                H_OK(r, oobx_recv(c, src, 20, buf, sizeof buf, NULL));
+                harness_verify(r, buf, sizeof buf, src, 500u + (unsigned)k,
+                               "same-tag message %d from rank %d (order kept?)", k, src);
+            }
+        }
+    }
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Every rank sends to every other, then receives in reverse order. */
+static int rank_p2p_alltoall(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int me = r->rank, n = r->nranks;
+    unsigned char buf[256];
+    for (int d = 0; d < n; d++) {
+        if (d == me) continue;
+        size_t b = 64 + (size_t)((me * n + d) % 100);
+        harness_fill(buf, b, me, (unsigned)d);
+        H_OK(r, oobx_send(c, d, 1000 + me, buf, b));
+    }
+    for (int s = n - 1; s >= 0; s--) {
+        if (s == me) continue;
+        size_t b = 64 + (size_t)((s * n + me) % 100), got = 0;
+        int rc = oobx_recv(c, s, 1000 + s, buf, sizeof buf, &got);
+        if (rc != OOBX_SUCCESS)
+            H_FAIL(r, "oobx_recv(from %d): %s: %s", s, oobx_error_name(rc), oobx_last_error());
+        H_EQ(r, got, b, "bytes from peer");
+        harness_verify(r, buf, b, s, (unsigned)me, "message from rank %d", s);
+    }
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+typedef struct p2p_thread {
+    harness_rank_t *r;
+    oobx_comm_t c;
+    int t, count;
+} p2p_thread_t;
+
+static void *p2p_thread_main(void *arg)
+{
+    p2p_thread_t *a = arg;
+    harness_rank_t *r = a->r;
+    int me = r->rank, peer = 1 - me;
+    size_t cap = 64 * KiB + 16;
+    unsigned char *buf = xmalloc(r, cap);
+    for (int m = 0; m < a->count; m++) {
+        size_t b = (m % 7 == 3) ? 64 * KiB : (size_t)(1 + (m * 37 + a->t) % 300), got = 0;
+        unsigned salt = (unsigned)(a->t * 100000 + m);
+        if (me == 0) {
+            harness_fill(buf, b, me, salt);
+            H_OK(r, oobx_send(a->c, peer, a->t, buf, b));
+            H_OK(r, oobx_recv(a->c, peer, 100 + a->t, buf, cap, &got));
+            H_EQ(r, got, b, "threaded reply bytes");
+            harness_verify(r, buf, b, peer, salt, "thread %d reply %d", a->t, m);
+        } else {
+            H_OK(r, oobx_recv(a->c, peer, a->t, buf, cap, &got));
+            H_EQ(r, got, b, "threaded message bytes");
+            harness_verify(r, buf, b, peer, salt, "thread %d message %d", a->t, m);
+            harness_fill(buf, b, me, salt);
+            H_OK(r, oobx_send(a->c, peer, 100 + a->t, buf, b));
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Several threads of a rank send and receive on one communicator at once. */
+static int rank_p2p_threads(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    pthread_t th[16];
+    p2p_thread_t a[16];
+    int nt = p->threads > 16 ? 16 : p->threads;
+    for (int t = 0; t < nt; t++) {
+        a[t] = (p2p_thread_t){.r = r, .c = c, .t = t, .count = p->count};
+        if (pthread_create(&th[t], NULL, p2p_thread_main, &a[t]) != 0) H_FAIL(r, "pthread_create");
+    }
+    for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Broadcast from every root at every size. */
+static int rank_bcast(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    for (int root = 0; root < r->nranks; root++)
+        for (int k = 0; k < p->nsizes; k++)
+            check_bcast(r, c, root, p->sizes[k], (unsigned)(root * 10 + k), "bcast");
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Group calls over several subsets, non-members running ahead. */
+static int rank_group(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int n = r->nranks, me = r->rank;
+    int *g = xmalloc(r, sizeof(int) * (size_t)n);
+    int ng = 0;
+    for (int i = 1; i < n; i += 2) g[ng++] = i;
+    if (ng) check_group(r, c, g, ng, "odd ranks");
+    ng = 0;
+    for (int i = n - 1; i >= 0; i--) g[ng++] = i;
+    check_group(r, c, g, ng, "all ranks reversed");
+    g[0] = me;
+    check_group(r, c, g, 1, "self only");
+    if (n > 1) {
+        g[0] = n - 1;
+        g[1] = 0;
+        check_group(r, c, g, 2, "last and first");
+    }
+    H_OK(r, oobx_barrier(c));
+    free(g);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+static void split_expect(int n, const int *color, const int *key, int me, int *crank, int *csize)
+{
+    *crank = 0;
+    *csize = 0;
+    for (int i = 0; i < n; i++) {
+        if (color[i] != color[me]) continue;
+        (*csize)++;
+        if (key[i] < key[me] || (key[i] == key[me] && i < me)) (*crank)++;
+    }
+}
+
+static void use_child(harness_rank_t *r, oobx_comm_t child, const int *map, int cn, const char *what)
+{
+    int cr;
+    H_OK(r, oobx_comm_rank(child, &cr));
+    check_allgather(r, child, 100, 31, what);
+    check_ring_p2p(r, child, 200, 5, what);
+    H_OK(r, oobx_barrier(child));
+    for (int root = 0; root < cn; root++) check_bcast(r, child, root, 300, 40u + (unsigned)root, what);
+    int *g = xmalloc(r, sizeof(int) * (size_t)cn);
+    for (int i = 0; i < cn; i++) g[i] = cn - 1 - i;
+    check_group(r, child, g, cn, what);
+    free(g);
+    (void)map;
+}
+
+/* Split into several colors with reversed keys, some ranks out; use the children. */
+static int rank_split(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int n = r->nranks, me = r->rank;
+    int *color = xmalloc(r, sizeof(int) * (size_t)n), *key = xmalloc(r, sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        color[i] = (i % 5 == 4) ? -1 : i % 3;
+        key[i] = -i;
+    }
+    oobx_comm_t child = (oobx_comm_t)(uintptr_t)1;
+    H_OK(r, oobx_comm_split(c, color[me], key[me], &child));
+    if (color[me] < 0) {
+        if (child != NULL) H_FAIL(r, "oobx_comm_split(color %d): child is not NULL", color[me]);
+    } else {
+        int want_r, want_n, got;
+        split_expect(n, color, key, me, &want_r, &want_n);
+        if (!child) H_FAIL(r, "oobx_comm_split(color %d): child is NULL", color[me]);
+        H_OK(r, oobx_comm_rank(child, &got));
+        H_EQ(r, got, want_r, "child rank (reversed keys)");
+        H_OK(r, oobx_comm_size(child, &got));
+        H_EQ(r, got, want_n, "child size");
+        use_child(r, child, NULL, want_n, "child");
+        /* the parent still works while the child lives */
+    }
+    H_OK(r, oobx_barrier(c));
+    check_allgather(r, c, 10, 77, "parent after split");
+    if (child) {
+        /* split the child again: two colors, equal keys: order of child ranks */
+        int cr, cn;
+        H_OK(r, oobx_comm_rank(child, &cr));
+        H_OK(r, oobx_comm_size(child, &cn));
+        oobx_comm_t gc = NULL;
+        H_OK(r, oobx_comm_split(child, cr % 2, 0, &gc));
+        if (!gc) H_FAIL(r, "grandchild is NULL");
+        int got;
+        H_OK(r, oobx_comm_rank(gc, &got));
+        H_EQ(r, got, cr / 2, "grandchild rank");
+        H_OK(r, oobx_comm_size(gc, &got));
+        H_EQ(r, got, (cn + 1 - cr % 2) / 2, "grandchild size");
+        use_child(r, gc, NULL, got, "grandchild");
+        H_OK(r, oobx_comm_destroy(gc));
+        H_OK(r, oobx_comm_destroy(child));
+    }
+    /* everyone in one color, key 0: same order as the parent */
+    oobx_comm_t same = NULL;
+    H_OK(r, oobx_comm_split(c, 7, 0, &same));
+    int got;
+    H_OK(r, oobx_comm_rank(same, &got));
+    H_EQ(r, got, me, "rank in a one-color split");
+    check_allgather(r, same, 50, 78, "one-color split");
+    H_OK(r, oobx_comm_destroy(same));
+    free(color);
+    free(key);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+typedef struct comm_thread {
+    harness_rank_t *r;
+    const oobx_unique_id_t *id;
+    int nranks, rank, comm_index;
+} comm_thread_t;
+
+static void *comm_thread_main(void *arg)
+{
+    comm_thread_t *a = arg;
+    harness_rank_t *r = a->r;
+    oobx_comm_t c = NULL;
+    int rc = oobx_comm_init(&c, a->nranks, a->rank, 1, a->id, &r->cfg);
+    if (rc == OOBX_ERR_UNAVAILABLE) harness_skip(r, "transport %s: %s", r->transport, oobx_last_error());
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "comm %d, rank %d of %d: oobx_comm_init: %s: %s", a->comm_index, a->rank, a->nranks,
+               oobx_error_name(rc), oobx_last_error());
+    char what[64];
+    snprintf(what, sizeof what, "comm %d rank %d", a->comm_index, a->rank);
+    for (int k = 0; k < 3; k++) {
+        check_allgather(r, c, 100, (unsigned)(a->comm_index * 10 + k), what);
+        check_ring_p2p(r, c, 500, 9 + a->comm_index, what);
+        H_OK(r, oobx_barrier(c));
+    }
+    H_OK(r, oobx_comm_destroy(c));
+    return NULL;
+}
+
+/* One process, p->threads threads, each one rank of one communicator. */
+static int rank_threads_one_comm(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_unique_id_t id;
+    H_OK(r, oobx_get_unique_id(&id));
+    pthread_t th[64];
+    comm_thread_t a[64];
+    int nt = p->threads > 64 ? 64 : p->threads;
+    for (int t = 0; t < nt; t++) {
+        a[t] = (comm_thread_t){.r = r, .id = &id, .nranks = nt, .rank = t, .comm_index = 0};
+        if (pthread_create(&th[t], NULL, comm_thread_main, &a[t]) != 0) H_FAIL(r, "pthread_create");
+    }
+    for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+    return 0;
+}
+
+/* Each process runs p->ncomms threads; thread k is this rank of communicator k. */
+static int rank_threads_many_comms(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    pthread_t th[8];
+    comm_thread_t a[8];
+    int nc = p->ncomms > 8 ? 8 : p->ncomms;
+    for (int k = 0; k < nc; k++) {
+        a[k] = (comm_thread_t){.r = r, .id = &p->ids[k], .nranks = r->nranks, .rank = r->rank, .comm_index = k};
+        if (pthread_create(&th[k], NULL, comm_thread_main, &a[k]) != 0) H_FAIL(r, "pthread_create");
+    }
+    for (int k = 0; k < nc; k++) pthread_join(th[k], NULL);
+    return 0;
+}
+
+static int prepare_ids(conf_case_t *c, char *why, size_t len)
+{
+    for (int k = 0; k < c->p.ncomms; k++) {
+        int rc = oobx_get_unique_id(&c->p.ids[k]);
+        if (rc != OOBX_SUCCESS) {
+            snprintf(why, len, "oobx_get_unique_id: %s: %s", oobx_error_name(rc), oobx_last_error());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int all_zero_or_contains(const char *s, const char *what) { return s && strstr(s, what); }
+
+/* Argument checks: every one must be OOBX_ERR_INVALID, at once. */
+static int rank_bad_args(harness_rank_t *r)
+{
+    int me = r->rank, n = r->nranks;
+    oobx_comm_t c = NULL;
+    oobx_unique_id_t zero;
+    memset(&zero, 0, sizeof zero);
+    oobx_config_t cfg = r->cfg;
+    cfg.timeout_ms = 3000;
+    oobx_unique_id_t ids[8]; /* room for nids > nranks */
+    memset(ids, 0, sizeof ids);
+    memcpy(ids, r->ids, sizeof(oobx_unique_id_t) * (size_t)r->nroots);
+    double t0 = harness_now();
+    H_RC(r, oobx_comm_init(NULL, n, me, r->nroots, ids, &cfg), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_init(&c, 0, 0, r->nroots, ids, &cfg), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_init(&c, n, n, r->nroots, ids, &cfg), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_init(&c, n, -1, r->nroots, ids, &cfg), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_init(&c, n, me, 0, ids, &cfg), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_init(&c, n, me, n + 1, ids, &cfg), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_init(&c, n, me, 1, NULL, &cfg), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_init(&c, n, me, 1, &zero, &cfg), OOBX_ERR_INVALID);
+    if (!all_zero_or_contains(oobx_last_error(), "id") && !all_zero_or_contains(oobx_last_error(), "ID"))
+        H_FAIL(r, "error text for a unique id of zeros does not mention the id: \"%s\"", oobx_last_error());
+    if (c != NULL) H_FAIL(r, "a failed oobx_comm_init set *comm");
+    double dt = harness_now() - t0;
+    if (dt > 1.0) H_FAIL(r, "bad-argument inits took %.2f s; they should fail at once", dt);
+
+    c = harness_comm_init_or_die(r);
+    unsigned char buf[128];
+    memset(buf, 0, sizeof buf);
+    int x;
+    H_RC(r, oobx_comm_rank(NULL, &x), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_rank(c, NULL), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_size(NULL, &x), OOBX_ERR_INVALID);
+    H_RC(r, oobx_send(c, -1, 0, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_send(c, n, 0, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_send(c, (me + 1) % n, 0, NULL, 10), OOBX_ERR_INVALID);
+    H_RC(r, oobx_send(NULL, 0, 0, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_recv(c, -1, 0, buf, 1, NULL), OOBX_ERR_INVALID);
+    H_RC(r, oobx_recv(c, n, 0, buf, 1, NULL), OOBX_ERR_INVALID);
+    H_RC(r, oobx_recv(c, (me + 1) % n, 0, NULL, 10, NULL), OOBX_ERR_INVALID);
+    H_RC(r, oobx_allgather(c, NULL, 10), OOBX_ERR_INVALID);
+    H_RC(r, oobx_allgather(NULL, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_bcast(c, -1, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_bcast(c, n, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_bcast(c, 0, NULL, 10), OOBX_ERR_INVALID);
+    H_RC(r, oobx_barrier(NULL), OOBX_ERR_INVALID);
+    int g[4] = {me, me, me, me};
+    int other[1] = {(me + 1) % n};
+    H_RC(r, oobx_group_barrier(c, NULL, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_group_barrier(c, g, 0), OOBX_ERR_INVALID);
+    H_RC(r, oobx_group_barrier(c, g, n + 1), OOBX_ERR_INVALID);
+    if (n > 1) H_RC(r, oobx_group_barrier(c, other, 1), OOBX_ERR_INVALID); /* caller not in the group */
+    int outside[2] = {me, n};
+    H_RC(r, oobx_group_barrier(c, outside, 2), OOBX_ERR_INVALID);
+    H_RC(r, oobx_group_bcast(c, g, 1, 1, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_group_bcast(c, g, 1, -1, buf, 1), OOBX_ERR_INVALID);
+    H_RC(r, oobx_group_allgather(c, g, 1, NULL, 10), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_split(c, 0, 0, NULL), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_abort(NULL), OOBX_ERR_INVALID);
+    H_RC(r, oobx_comm_destroy(NULL), OOBX_SUCCESS);
+    (void)oobx_comm_transport(NULL); /* must not crash */
+
+    /* the communicator still works after all that */
+    H_OK(r, oobx_barrier(c));
+
+    /* receive size checks */
+    if (n >= 2 && me < 2) {
+        int peer = 1 - me;
+        if (me == 0) {
+            harness_fill(buf, 100, 0, 1);
+            H_OK(r, oobx_send(c, peer, 1, buf, 100));
+            H_OK(r, oobx_send(c, peer, 2, buf, 10));
+            H_OK(r, oobx_send(c, peer, 3, buf, 10));
+            H_OK(r, oobx_send(c, peer, 4, buf, 50));
+        } else {
+            size_t got = 0;
+            H_RC(r, oobx_recv(c, peer, 1, buf, 10, &got), OOBX_ERR_TRUNCATED);
+            if (!strstr(oobx_last_error(), "100") || !strstr(oobx_last_error(), "10"))
+                H_FAIL(r, "truncation error text should give both sizes (100 and 10): \"%s\"", oobx_last_error());
+            int rc = oobx_recv(c, peer, 2, buf, 20, NULL);
+            if (rc != OOBX_ERR_TRUNCATED && rc != OOBX_ERR_INVALID && rc != OOBX_ERR_MISMATCH)
+                H_FAIL(r, "oobx_recv(10 B message, capacity 20, received NULL): got %s, want a size error "
+                          "(OOBX_ERR_TRUNCATED, _INVALID or _MISMATCH); last error: %s",
+                       oobx_error_name(rc), oobx_last_error());
+            /* exact size with received NULL is fine */
+            H_OK(r, oobx_recv(c, peer, 3, buf, 10, NULL));
+            H_OK(r, oobx_recv(c, peer, 4, buf, sizeof buf, &got));
+            H_EQ(r, got, 50, "bytes after a truncated receive");
+            harness_verify(r, buf, 50, 0, 1, "message after a truncated receive");
+        }
+    }
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+
+    /* names of the codes */
+#define CHECK_NAME_(name, value, desc)                                                       \
+    if (strcmp(oobx_error_name(value), "OOBX_" #name) != 0)                                  \
+        H_FAIL(r, "oobx_error_name(%d) = %s, want OOBX_%s", value, oobx_error_name(value), #name); \
+    if (strcmp(oobx_strerror(value), desc) != 0)                                             \
+        H_FAIL(r, "oobx_strerror(%d) = %s, want %s", value, oobx_strerror(value), desc);
+    OOBX_ERROR_MAP(CHECK_NAME_)
+#undef CHECK_NAME_
+    if (!oobx_strerror(-999) || !oobx_error_name(-999) || !oobx_strerror(5))
+        H_FAIL(r, "oobx_strerror/oobx_error_name of an unknown code returned NULL");
+    if (!oobx_version() || strcmp(oobx_version(), OOBX_VERSION_STRING) != 0)
+        H_FAIL(r, "oobx_version() = %s, want %s", oobx_version() ? oobx_version() : "(null)", OOBX_VERSION_STRING);
+    return 0;
+}
+
+/* A malformed setting is OOBX_ERR_INVALID naming the variable. */
+static int rank_bad_setting(harness_rank_t *r)
+{
+    oobx_comm_t c = NULL;
+    int rc = harness_comm_init(r, &c);
+    if (rc == OOBX_SUCCESS) H_FAIL(r, "init with OOBX_ALLGATHER_ALGO=bogus succeeded");
+    if (rc != OOBX_ERR_INVALID) H_FAIL(r, "init with OOBX_ALLGATHER_ALGO=bogus: got %s, want OOBX_ERR_INVALID", oobx_error_name(rc));
+    if (!strstr(oobx_last_error(), "OOBX_ALLGATHER_ALGO"))
+        H_FAIL(r, "error text does not name OOBX_ALLGATHER_ALGO: \"%s\"", oobx_last_error());
+    return 0;
+}
+
+typedef struct aborter {
+    oobx_comm_t c;
+    volatile uint32_t *flag;
+    int delay_ms;
+    double t_abort;
+} aborter_t;
+
+static void *aborter_main(void *arg)
+{
+    aborter_t *a = arg;
+    sleep_ms(a->delay_ms);
+    a->t_abort = harness_now();
+    if (a->flag)
+        *a->flag = 1;
+    else
+        oobx_comm_abort(a->c);
+    return NULL;
+}
+
+/* A blocked oobx_recv ends with OOBX_ERR_ABORTED soon after the abort flag is
+ * set (p->count 0) or oobx_comm_abort is called (p->count 1). */
+static int rank_abort(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    volatile uint32_t flag = 0;
+    int use_flag = p->count == 0;
+    if (use_flag) r->cfg.abort_flag = &flag;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    aborter_t a = {.c = c, .flag = use_flag ? &flag : NULL, .delay_ms = 300};
+    pthread_t th;
+    if (pthread_create(&th, NULL, aborter_main, &a) != 0) H_FAIL(r, "pthread_create");
+    unsigned char buf[16];
+    int peer = (r->rank + 1) % r->nranks;
+    double t0 = harness_now();
+    int rc = oobx_recv(c, peer, 99, buf, sizeof buf, NULL);
+    double t1 = harness_now();
+    pthread_join(th, NULL);
+    const char *how = use_flag ? "abort flag" : "oobx_comm_abort";
+    if (rc != OOBX_ERR_ABORTED)
+        H_FAIL(r, "blocked oobx_recv after %s: got %s after %.3f s, want OOBX_ERR_ABORTED (%s)", how,
+               oobx_error_name(rc), t1 - t0, oobx_last_error());
+    double lat = t1 - a.t_abort;
+    printf("rank %d: oobx_recv returned OOBX_ERR_ABORTED %.1f ms after the %s\n", r->rank, lat * 1e3, how);
+    if (lat > 1.0) H_FAIL(r, "oobx_recv took %.3f s to notice the %s (want < 1 s, target 100 ms)", lat, how);
+    if (lat < 0) H_FAIL(r, "oobx_recv returned OOBX_ERR_ABORTED %.3f s before the %s", -lat, how);
+    /* later calls are aborted too */
+    H_RC(r, oobx_barrier(c), OOBX_ERR_ABORTED);
+    H_RC(r, oobx_send(c, peer, 1, buf, 1), OOBX_ERR_ABORTED);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* A receive nobody answers ends with OOBX_ERR_TIMEOUT naming the peer. */
+static int rank_timeout(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int peer = (r->rank + 1) % r->nranks;
+    unsigned char buf[16];
+    double t0 = harness_now();
+    int rc = oobx_recv(c, peer, 1234, buf, sizeof buf, NULL);
+    double dt = harness_now() - t0;
+    if (rc != OOBX_ERR_TIMEOUT)
+        H_FAIL(r, "oobx_recv with nobody sending: got %s after %.2f s, want OOBX_ERR_TIMEOUT", oobx_error_name(rc), dt);
+    double want = r->cfg.timeout_ms / 1000.0;
+    if (dt < want * 0.8 || dt > want + 1.5)
+        H_FAIL(r, "oobx_recv timed out after %.2f s with timeout_ms %d", dt, r->cfg.timeout_ms);
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", peer);
+    if (!strstr(oobx_last_error(), who))
+        H_FAIL(r, "timeout error text does not name %s: \"%s\"", who, oobx_last_error());
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Repeated init/destroy; rank 0 makes each id and broadcasts it on a base comm. */
+static int rank_cycles(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_comm_t base = harness_comm_init_or_die(r);
+    for (int k = 0; k < p->count; k++) {
+        oobx_unique_id_t id;
+        if (r->rank == 0) H_OK(r, oobx_get_unique_id(&id));
+        H_OK(r, oobx_bcast(base, 0, &id, sizeof id));
+        oobx_comm_t c = NULL;
+        int rc = oobx_comm_init(&c, r->nranks, r->rank, 1, &id, &r->cfg);
+        if (rc != OOBX_SUCCESS) H_FAIL(r, "cycle %d: oobx_comm_init: %s: %s", k, oobx_error_name(rc), oobx_last_error());
+        check_allgather(r, c, 16, (unsigned)k, "cycle");
+        H_OK(r, oobx_comm_destroy(c));
+    }
+    H_OK(r, oobx_comm_destroy(base));
+    return 0;
+}
+
+/* ---- the case table ------------------------------------------------------------------ */
+
+static conf_case_t *add_case(conf_suite_t *s, const char *name, harness_fn fn, int n, int roots)
+{
+    if (s->ncases == MAX_CASES) {
+        fprintf(stderr, "conformance: more than %d cases\n", MAX_CASES);
+        abort();
+    }
+    conf_case_t *c = &s->cases[s->ncases++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->job.name = c->name;
+    c->job.fn = fn;
+    c->job.nranks = n;
+    c->job.nroots = roots;
+    c->job.arg = &c->p;
+    c->job.env = c->env;
+    c->suite = s;
+    return c;
+}
+
+static void run_case(void **state)
+{
+    conf_case_t *c = *state;
+    const conf_suite_t *s = c->suite;
+    if (s->unavailable) {
+        print_message("  skipped: %s\n", s->why);
+        skip();
+        return;
+    }
+    if (c->job.nranks > s->max_ranks) {
+        print_message("  skipped: %d ranks > OOBX_TEST_MAX_RANKS=%d\n", c->job.nranks, s->max_ranks);
+        skip();
+        return;
+    }
+    if (c->prepare) {
+        char why[512];
+        if (c->prepare(c, why, sizeof why) != 0) fail_msg("%s: %s", c->name, why);
+    }
+    c->job.arg = &c->p;
+    c->job.env = c->env;
+    harness_run_test(&c->job);
+}
+
+static int probe_rank(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+static void build_cases(conf_suite_t *s)
+{
+    char name[96];
+    int sc = s->scale;
+    static const int sizes_n[] = {1, 2, 3, 7, 16, 64, 128, 256};
+    int max_n = sc == 0 ? 16 : sc == 1 ? 64 : 256;
+    conf_case_t *c;
+
+    /* every call at every size and root count */
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE_(sizes_n); i++) {
+        int n = sizes_n[i];
+        if (n > max_n) continue;
+        for (int roots = 1; roots <= 3 && roots <= n; roots++) {
+            snprintf(name, sizeof name, "api_n%d_roots%d", n, roots);
+            add_case(s, name, rank_api, n, roots);
+        }
+    }
+    /* the environment path */
+    static const int env_n[] = {1, 2, 7, 16, 64};
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE_(env_n); i++) {
+        int n = env_n[i];
+        if (n > max_n) continue;
+        for (int roots = 1; roots <= 3 && roots <= n; roots += 2) {
+            snprintf(name, sizeof name, "env_n%d_roots%d", n, roots);
+            c = add_case(s, name, rank_api, n, roots);
+            c->job.from_env = 1;
+        }
+    }
+    /* ranks that start up to a second apart */
+    c = add_case(s, "staggered_start_n16_roots3", rank_api, sc ? 16 : 8, 3);
+    c->job.start_spread_ms = 1000;
+    c = add_case(s, "staggered_start_env_n7_roots2", rank_api, 7, 2);
+    c->job.start_spread_ms = 1000;
+    c->job.from_env = 1;
+
+    /* allgather: every algorithm, sizes 0, 1, 100, 1 MiB per rank */
+    static const char *algos[] = {"auto", "ring", "bruck"};
+    static const int ag_n[] = {2, 3, 7, 16, 64};
+    for (size_t a = 0; a < 3; a++) {
+        for (size_t i = 0; i < OOBX_ARRAY_SIZE_(ag_n); i++) {
+            int n = ag_n[i];
+            if (n > max_n) continue;
+            snprintf(name, sizeof name, "allgather_%s_n%d", algos[a], n);
+            c = add_case(s, name, rank_allgather, n, n % 3 == 0 ? 3 : n > 1 ? 2 : 1);
+            snprintf(c->envbuf[0], sizeof c->envbuf[0], "OOBX_ALLGATHER_ALGO=%s", algos[a]);
+            c->env[0] = c->envbuf[0];
+            size_t big = (sc == 0 || n > 16) ? 64 * KiB : MiB;
+            size_t sz[] = {0, 1, 100, 4097, big};
+            for (size_t k = 0; k < 5; k++) c->p.sizes[c->p.nsizes++] = sz[k];
+            c->job.deadline_s = 120;
+        }
+    }
+
+    /* p2p */
+    c = add_case(s, "p2p_sizes_n2", rank_p2p_sizes, 2, 1);
+    {
+        size_t sz[] = {0, 1, 4 * KiB, MiB, sc == 0 ? 4 * MiB : 64 * MiB, GiB};
+        int k = sc == 2 ? 6 : 5;
+        for (int j = 0; j < k; j++) c->p.sizes[c->p.nsizes++] = sz[j];
+        c->job.deadline_s = sc == 2 ? 300 : 120;
+        c->job.call_timeout_ms = sc == 2 ? 240000 : 60000;
+    }
+    c = add_case(s, "p2p_sizes_n3_roots2", rank_p2p_sizes, 3, 2);
+    {
+        size_t sz[] = {0, 1, 4 * KiB, MiB};
+        for (int j = 0; j < 4; j++) c->p.sizes[c->p.nsizes++] = sz[j];
+    }
+    add_case(s, "p2p_unexpected_out_of_order_n3", rank_p2p_unexpected, 3, 1);
+    add_case(s, "p2p_unexpected_out_of_order_n7_roots2", rank_p2p_unexpected, 7, 2);
+    add_case(s, "p2p_alltoall_n16", rank_p2p_alltoall, 16, 2);
+    if (max_n >= 64) add_case(s, "p2p_alltoall_n64", rank_p2p_alltoall, 64, 3);
+    c = add_case(s, "p2p_threads_4x_n2", rank_p2p_threads, 2, 1);
+    c->p.threads = 4;
+    c->p.count = sc == 0 ? 50 : sc == 1 ? 300 : 3000;
+
+    /* bcast */
+    static const int bc_n[] = {1, 3, 7, 16};
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE_(bc_n); i++) {
+        int n = bc_n[i];
+        snprintf(name, sizeof name, "bcast_every_root_n%d", n);
+        c = add_case(s, name, rank_bcast, n, n >= 3 ? 2 : 1);
+        size_t sz[] = {0, 1, 100, 64 * KiB, MiB};
+        int k = (sc == 0 || n > 7) ? 4 : 5;
+        for (int j = 0; j < k; j++) c->p.sizes[c->p.nsizes++] = sz[j];
+    }
+
+    /* groups, split */
+    add_case(s, "group_n7", rank_group, 7, 2);
+    add_case(s, "group_n16", rank_group, 16, 3);
+    add_case(s, "split_n3", rank_split, 3, 1);
+    add_case(s, "split_n7", rank_split, 7, 2);
+    add_case(s, "split_n16", rank_split, 16, 3);
+
+    /* many communicators in one process */
+    c = add_case(s, "threads_one_comm_8_in_one_process", rank_threads_one_comm, 1, 1);
+    c->p.threads = 8;
+    c = add_case(s, "threads_3_comms_x_4_processes", rank_threads_many_comms, 4, 1);
+    c->p.ncomms = 3;
+    c->prepare = prepare_ids;
+
+    /* errors */
+    add_case(s, "bad_args_n1", rank_bad_args, 1, 1);
+    add_case(s, "bad_args_n2", rank_bad_args, 2, 1);
+    add_case(s, "bad_args_n3_roots2", rank_bad_args, 3, 2);
+    c = add_case(s, "bad_setting_n1", rank_bad_setting, 1, 1);
+    c->env[0] = "OOBX_ALLGATHER_ALGO=bogus";
+    c = add_case(s, "abort_flag_blocked_recv_n2", rank_abort, 2, 1);
+    c->p.count = 0;
+    c = add_case(s, "comm_abort_blocked_recv_n2", rank_abort, 2, 1);
+    c->p.count = 1;
+    c = add_case(s, "comm_abort_blocked_recv_n3", rank_abort, 3, 1);
+    c->p.count = 1;
+    c = add_case(s, "timeout_names_peer_n2", rank_timeout, 2, 1);
+    c->job.call_timeout_ms = 1500;
+    c = add_case(s, "init_destroy_cycles_n4", rank_cycles, 4, 1);
+    c->p.count = sc == 0 ? 10 : sc == 1 ? 30 : 300;
+}
+
+int main(void)
+{
+    conf_suite_t s;
+    memset(&s, 0, sizeof s);
+    s.scale = harness_scale();
+    s.transport = harness_transport();
+    const char *m = getenv("OOBX_TEST_MAX_RANKS");
+    s.max_ranks = (m && atoi(m) > 0) ? atoi(m) : 1 << 20;
+
+    printf("conformance: transport %s, scale %s%s%s%s%s\n", s.transport,
+           s.scale == 0 ? "small" : s.scale == 1 ? "normal" : "long",
+           getenv("UCX_TLS") ? ", UCX_TLS=" : "", getenv("UCX_TLS") ? getenv("UCX_TLS") : "",
+           m ? ", max ranks " : "", m ? m : "");
+
+    /* can the transport run here at all? */
+    harness_job_opts_t probe = {.name = "probe", .nranks = 1, .fn = probe_rank, .deadline_s = 60};
+    char msg[4096];
+    int v = harness_run(&probe, msg, sizeof msg);
+    if (v == HARNESS_SKIPPED) {
+        s.unavailable = 1;
+        snprintf(s.why, sizeof s.why, "%s", msg);
+        printf("conformance: every case is skipped: %s\n", msg);
+    } else if (v == HARNESS_FAIL) {
+        printf("conformance: the one-rank probe failed (the cases will show why): %s\n", msg);
+    }
+
+    s.cases = calloc(MAX_CASES, sizeof *s.cases);
+    if (!s.cases) return 1;
+    build_cases(&s);
+    const char *filter = getenv("OOBX_TEST_FILTER");
+    struct CMUnitTest *t = calloc((size_t)s.ncases, sizeof *t);
+    if (!t) return 1;
+    int nt = 0;
+    for (int i = 0; i < s.ncases; i++) {
+        if (filter && *filter && fnmatch(filter, s.cases[i].name, 0) != 0) continue;
+        t[nt].name = s.cases[i].name;
+        t[nt].test_func = run_case;
+        t[nt].initial_state = &s.cases[i];
+        nt++;
+    }
+    int rc = _cmocka_run_group_tests("conformance", t, (size_t)nt, NULL, NULL);
+    free(t);
+    free(s.cases);
+    return rc;
+}

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Runs every test suite of one build and prints the aggregate line
+#   tests: N passed, N failed, N skipped
+# last, alone on its line. Exit status 1 when anything failed.
+#
+#   bash tests/run-tests.sh BUILD_DIR check|check-san|long
+#
+# check      unit tests, fuzz regression over the corpus, the conformance
+#            suite once per transport variant, the fault suite
+# check-san  the same at OOBX_TEST_SCALE=small (for SAN=address|undefined builds)
+# long       the conformance and fault suites at OOBX_TEST_SCALE=long
+#
+# Every suite runs under a deadline (timeout); network traffic stays on
+# loopback: OOBX_SOCKET_IFNAME=lo, UCX_NET_DEVICES=lo.
+set -u
+cd "$(dirname "$0")/.."
+
+build=${1:-build}
+mode=${2:-check}
+case "$mode" in
+    check) scale=normal ;;
+    check-san) scale=small ;;
+    long) scale=long ;;
+    *) echo "run-tests.sh: unknown mode '$mode' (check, check-san or long)" >&2; exit 2 ;;
+esac
+
+export OOBX_SOCKET_IFNAME=lo
+export UCX_NET_DEVICES=lo
+export OOBX_TEST_SCALE=$scale
+# leak reports and UB stop the program: they count as failures
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+unset OOBX_COMM_ID OOBX_RANK OOBX_NRANKS OOBX_TRANSPORT UCX_TLS
+
+logdir=$build/tests/logs
+mkdir -p "$logdir"
+total_pass=0 total_fail=0 total_skip=0
+failed_suites=()
+started=$(date +%s)
+
+# count LOG STATUS: sets p f s from a cmocka log (or from the exit status)
+count() {
+    local log=$1 st=$2
+    read -r p f s run < <(awk '
+        /^\[==========\] Running [0-9]+ test/ { running += $3 }
+        /^\[==========\] [0-9]+ test\(s\) run\./ { summaries++ }
+        /^\[  PASSED  \] [0-9]+ test\(s\)\./ { sp += $4 }
+        /^\[  FAILED  \] [0-9]+ test\(s\), listed below:/ { sf += $4 }
+        /^\[  SKIPPED \] [0-9]+ test\(s\), listed below:/ { ss += $4 }
+        /^\[       OK \] / { ok++ }
+        /^\[  SKIPPED \] / && !/test\(s\), listed below:/ { sk++ }
+        END {
+            if (running == 0) { print -1, -1, -1, 0; exit }
+            if (summaries > 0) { print sp + 0, sf + 0, ss + 0, running; exit }
+            # no summary: the program died or ran out of time
+            f = running - ok - sk; if (f < 1) f = 1
+            print ok + 0, f, sk + 0, running
+        }' "$log")
+    if [ "$p" = -1 ]; then
+        # not a cmocka program: one test, judged by its exit status
+        if [ "$st" -eq 0 ]; then p=1 f=0 s=0; else p=0 f=1 s=0; fi
+    elif [ "$st" -ne 0 ] && [ "$f" -eq 0 ]; then
+        # everything passed but the program failed afterwards (sanitizer report at exit)
+        f=1
+    fi
+}
+
+# suite NAME DEADLINE_S [VAR=value...] -- PROGRAM ARGS...
+suite() {
+    local name=$1 deadline=$2
+    shift 2
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local log=$logdir/$name.log
+    local t0
+    t0=$(date +%s)
+    echo
+    echo "==== $name ${envs[*]}"
+    env "${envs[@]}" timeout -k 10 "$deadline" "$@" > >(tee "$log") 2>&1
+    local st=$?
+    wait
+    if [ "$st" -eq 124 ] || [ "$st" -eq 137 ]; then
+        echo "==== $name: still running after $deadline s: stopped" | tee -a "$log"
+    fi
+    count "$log" "$st"
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+    total_skip=$((total_skip + s))
+    [ "$f" -gt 0 ] && failed_suites+=("$name")
+    echo "==== $name: $p passed, $f failed, $s skipped in $(( $(date +%s) - t0 )) s (exit $st, log $log)"
+}
+
+if [ "$mode" != long ]; then
+    for t in "$build"/tests/unit/test_*; do
+        [ -x "$t" ] || continue
+        suite "unit-$(basename "$t")" 300 -- "$t"
+    done
+    for t in "$build"/tests/fuzz/regress_*; do
+        [ -x "$t" ] || continue
+        target=${t##*/regress_}
+        suite "fuzz-regress-$target" 120 -- "$t" "tests/fuzz/corpus/$target"
+    done
+fi
+
+conf=$build/tests/conformance/conformance
+fault=$build/tests/fault/fault
+case "$mode" in
+    long) conf_deadline=3000; fault_deadline=3000 ;;
+    *) conf_deadline=900; fault_deadline=600 ;;
+esac
+if [ -x "$conf" ]; then
+    suite conformance-socket "$conf_deadline" OOBX_TRANSPORT=socket -- "$conf"
+    if [ -e "$build/lib/liboobx-ucx.so" ]; then
+        ucx_max=${OOBX_TEST_UCX_MAX_RANKS:-16}
+        suite conformance-ucx-tcp "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
+        suite conformance-ucx-shm "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
+        suite conformance-ucx-default "$conf_deadline" OOBX_TRANSPORT=ucx OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
+    else
+        echo
+        echo "==== conformance-ucx: $build/lib/liboobx-ucx.so not built (UCX not found): skipped"
+        total_skip=$((total_skip + 1))
+    fi
+else
+    echo "==== conformance: $conf not built"
+    total_fail=$((total_fail + 1))
+    failed_suites+=(conformance-missing)
+fi
+if [ -x "$fault" ]; then
+    suite fault-socket "$fault_deadline" OOBX_TRANSPORT=socket -- "$fault"
+else
+    echo "==== fault: $fault not built"
+    total_fail=$((total_fail + 1))
+    failed_suites+=(fault-missing)
+fi
+
+echo
+echo "==== $mode of $build in $(( $(date +%s) - started )) s${failed_suites[*]:+; failed: ${failed_suites[*]}}"
+echo "tests: $total_pass passed, $total_fail failed, $total_skip skipped"
+[ "$total_fail" -eq 0 ]
