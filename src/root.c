@@ -118,6 +118,20 @@ typedef struct root_entry {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t registry_cond = PTHREAD_COND_INITIALIZER;
 static root_entry_t *registry_head;
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+
+/* A forked child has none of its parent's threads: it must never join them. */
+static void registry_forget_in_child(void)
+{
+    pthread_mutex_init(&registry_lock, NULL);
+    pthread_cond_init(&registry_cond, NULL);
+    registry_head = NULL;
+}
+
+static void registry_init(void)
+{
+    pthread_atfork(NULL, NULL, registry_forget_in_child);
+}
 
 static void registry_finish(root_entry_t *e)
 {
@@ -129,6 +143,7 @@ static void registry_finish(root_entry_t *e)
 
 void root_registry_reap(uint64_t magic, int wait_ms)
 {
+    pthread_once(&registry_once, registry_init);
     uint64_t deadline = oobx_deadline(wait_ms > 0 ? wait_ms : 0);
     pthread_mutex_lock(&registry_lock);
     for (;;) {
@@ -606,6 +621,7 @@ int root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_sett
     oobx_log_open(&st->log, s, "root");
     e->magic = magic;
     /* the thread owns st from here */
+    pthread_once(&registry_once, registry_init);
     pthread_mutex_lock(&registry_lock);
     rc = pthread_create(&e->thread, NULL, root_main, st);
     if (rc == 0) {

@@ -403,6 +403,31 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
     return 0;
 }
 
+/* A peer that goes away closes every connection it has with us, and the
+ * messages it sent on one may still wait in another. So the end of one
+ * connection fails the peer only when it was the last one. Returns 1 when c
+ * was dropped and others remain. */
+static int conn_close_one_of_many(sk_tp_t *t, sk_conn_t *c)
+{
+    sk_conn_t *other = NULL;
+    for (sk_conn_t *x = t->conns; x; x = x->next_all)
+        if (x != c && x->peer == c->peer && x->fd >= 0 && (x->state == SC_READY || x->state == SC_HELLO_OUT))
+            other = x;
+    if (!other || c->rx == RX_BODY) return 0;
+    sk_peer_t *pp = &t->peers[c->peer];
+    if (pp->conn == c) {
+        if (c->sq_head) return 0; /* what was queued on it is lost: a real failure */
+        pp->conn = other;
+    }
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    c->state = SC_DEAD;
+    c->peer = -1; /* freed by the sweep */
+    t->nstray_dead++;
+    return 1;
+}
+
 static void conn_read(sk_tp_t *t, sk_conn_t *c)
 {
     if (!c->stage) {
@@ -444,6 +469,7 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (n < 0 && errno == EINTR) continue;
+        if (conn_close_one_of_many(t, c)) return;
         char who[160], what[400];
         peer_describe(t, c->peer, who, sizeof(who));
         if (n == 0)
