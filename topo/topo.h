@@ -81,6 +81,13 @@ int topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int
  * candidate it names (exactly, or by its device part) is returned, and OOBX_ERR_UNAVAILABLE when none
  * is. OOBX_ERR_INVALID for no candidates or a malformed target. */
 int topo_pick_device(const topo_request_t *req, const char *const *names, int nnames, char *why, size_t whylen);
+/* For a transport that cannot list its devices before it starts (UCX narrows
+ * NET_DEVICES before ucp_init): the RDMA device hwloc ranks closest to req's target.
+ * OOBX_SUCCESS with its name in out only when there is a choice to make (several
+ * RDMA devices, not all equally close); otherwise OOBX_ERR_UNAVAILABLE, with why
+ * saying why the library's own order should be kept. OOBX_ERR_INVALID for a
+ * malformed target. */
+int topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen);
 /* For `oobx-info -t`: prints devices, their locality, and what socket/ucx/verbs would pick, and why.
  * req NULL: the request is built from the OOBX_* settings of the environment. */
 void topo_report(FILE *out, const topo_request_t *req);

@@ -522,3 +522,41 @@ int topo_pick_device(const topo_request_t *req, const char *const *names, int nn
     free(close);
     return best;
 }
+
+int topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen)
+{
+    if (!out || outlen == 0) {
+        topo_why(why, whylen, "device choice: no room for the device name");
+        return OOBX_ERR_INVALID;
+    }
+    topo_dev_t *devs = NULL;
+    int n = 0;
+    char rwhy[320] = "";
+    int rc = topo_rank_devices(req, TOPO_DEV_RDMA, &devs, &n, rwhy, sizeof(rwhy));
+    if (rc != OOBX_SUCCESS) {
+        topo_why(why, whylen, "%s", rwhy);
+        return rc;
+    }
+    if (n < 2 || devs[0].closeness == devs[n - 1].closeness) {
+        if (n == 0)
+            topo_why(why, whylen, "hwloc sees no RDMA device; %s", rwhy);
+        else if (n == 1)
+            topo_why(why, whylen, "hwloc sees one RDMA device (%s); %s", devs[0].name, rwhy);
+        else
+            topo_why(why, whylen, "the %d RDMA devices are equally close (%s); %s", n,
+                     topo_closeness_name(devs[0].closeness), rwhy);
+        free(devs);
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    int ties = 0;
+    for (int i = 0; i < n; i++) ties += devs[i].closeness == devs[0].closeness;
+    snprintf(out, outlen, "%s", devs[0].name);
+    if (ties > 1)
+        topo_why(why, whylen, "%s: first of the RDMA devices closest (%s), %d of %d; %s", devs[0].name,
+                 topo_closeness_name(devs[0].closeness), ties, n, rwhy);
+    else
+        topo_why(why, whylen, "%s: closest (%s) of %d RDMA devices; %s", devs[0].name,
+                 topo_closeness_name(devs[0].closeness), n, rwhy);
+    free(devs);
+    return OOBX_SUCCESS;
+}

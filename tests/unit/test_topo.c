@@ -584,6 +584,33 @@ static void test_pick_device_gpu(void **state)
     assert_int_equal(topo_pick_device(&req, verbs, 0, why, sizeof(why)), OOBX_ERR_INVALID);
 }
 
+static void test_closest_rdma(void **state)
+{
+    (void)state;
+    char dev[TOPO_NAME_MAX], why[512];
+    topo_request_t req = {.xml_path = XML_GPU, .pci_target = "0000:3d:00.0"};
+    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_SUCCESS);
+    assert_string_equal(dev, "mlx5_1");
+    assert_why_has(why, "mlx5_1: closest (switch) of 4 RDMA devices");
+    req.pci_target = NULL;
+    req.cpuset_target = "0-7";
+    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_SUCCESS);
+    assert_string_equal(dev, "mlx5_0");
+    assert_why_has(why, "first of the RDMA devices closest (numa), 2 of 4");
+    /* the whole machine: no choice to make */
+    req.cpuset_target = NULL;
+    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_why_has(why, "the 4 RDMA devices are equally close (numa)");
+    req.xml_path = XML_TWO_SOCKET;
+    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_why_has(why, "hwloc sees no RDMA device");
+    req.xml_path = XML_BROKEN;
+    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    req.xml_path = XML_GPU;
+    req.pci_target = "bad";
+    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_INVALID);
+}
+
 static void test_no_network(void **state)
 {
     (void)state;
@@ -695,6 +722,9 @@ static void test_without_hwloc(void **state)
     assert_why_has(why, "not built in");
     topo_if_t ifs[] = {mk_if("ib3", "10.3.0.5", 24), mk_if("ib2", "10.2.0.5", 24)};
     expect_pick(ifs, 2, &req, "ib3", NULL, "kept the system's order");
+    char dev[TOPO_NAME_MAX];
+    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_why_has(why, "not built in");
 }
 
 #endif
@@ -913,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_rank_two_socket),
         cmocka_unit_test(test_rank_gpu_switch),
         cmocka_unit_test(test_pick_device_gpu),
+        cmocka_unit_test(test_closest_rdma),
         cmocka_unit_test(test_no_network),
         cmocka_unit_test(test_broken_topology),
         cmocka_unit_test(test_bad_targets),
