@@ -176,6 +176,13 @@ int topo_if_holds(const topo_if_t *ifc, const struct sockaddr *addr, socklen_t a
     if (!ifc || topo_addr_bytes(addr, addrlen, a, &fa) != 0) return 0;
     if (topo_addr_bytes((const struct sockaddr *)&ifc->addr, ifc->addrlen, b, &fb) != 0) return 0;
     if (fa != fb) return 0;
+    /* every link has fe80::/64: a scoped link-local root names its link */
+    if (fa == AF_INET6 && addr->sa_family == AF_INET6 && ifc->addr.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *r = (const struct sockaddr_in6 *)addr;
+        const struct sockaddr_in6 *l = (const struct sockaddr_in6 *)&ifc->addr;
+        if (IN6_IS_ADDR_LINKLOCAL(&r->sin6_addr) && r->sin6_scope_id != 0 && r->sin6_scope_id != l->sin6_scope_id)
+            return 0;
+    }
     int maxbits = fa == AF_INET ? 32 : 128;
     int bits = ifc->prefixlen < 0 ? 0 : (ifc->prefixlen > maxbits ? maxbits : ifc->prefixlen);
     int full = bits / 8, rest = bits % 8;

@@ -236,6 +236,17 @@ static void test_subnet_holds(void **state)
     assert_false(holds(&v6, "10.1.2.3"));
     topo_if_t lo6 = mk_if("lo", "::1", 128);
     assert_true(holds(&lo6, "::1"));
+    /* a scoped link-local root is on one link only */
+    topo_if_t ll7 = mk_if("eth0", "fe80::5", 64); /* scope id 7 */
+    struct sockaddr_storage ss;
+    socklen_t sl = 0;
+    mk_addr(&ss, &sl, "fe80::9");
+    struct sockaddr_in6 *r6 = (struct sockaddr_in6 *)&ss;
+    assert_true(topo_if_holds(&ll7, (struct sockaddr *)r6, sl)); /* unscoped */
+    r6->sin6_scope_id = 7;
+    assert_true(topo_if_holds(&ll7, (struct sockaddr *)r6, sl));
+    r6->sin6_scope_id = 8;
+    assert_false(topo_if_holds(&ll7, (struct sockaddr *)r6, sl));
     char buf[96];
     topo_if_format(&odd, buf, sizeof(buf));
     assert_string_equal(buf, "192.168.5.130/25");
