@@ -717,6 +717,44 @@ static void test_report(void **state)
     free(text);
 }
 
+/* topo_report(out, NULL) reads the OOBX_* settings of the environment */
+static void test_report_from_env(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *comm_id, *want;
+    } cases[] = {
+        {"127.0.0.1:29500", "socket  lo 127.0.0.1/8: subnet 127.0.0.0/8 holds the root 127.0.0.1"},
+        {"[::1]:29500,127.0.0.1:29501", "socket  lo ::1/128: subnet ::1/128 holds the root ::1"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv("OOBX_SOCKET_IFNAME", "lo", 1);
+        setenv("OOBX_COMM_ID", cases[i].comm_id, 1);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        assert_non_null(f);
+        topo_report(f, NULL);
+        fclose(f);
+        unsetenv("OOBX_SOCKET_IFNAME");
+        unsetenv("OOBX_COMM_ID");
+        assert_why_has(text, cases[i].comm_id);
+        assert_why_has(text, cases[i].want);
+        free(text);
+    }
+    /* a malformed setting is reported, not ignored */
+    setenv("OOBX_SOCKET_FAMILY", "AF_APPLETALK", 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    topo_report(f, NULL);
+    fclose(f);
+    unsetenv("OOBX_SOCKET_FAMILY");
+    assert_why_has(text, "do not parse");
+    free(text);
+}
+
 #else /* !OOBX_HAVE_HWLOC */
 
 static void test_without_hwloc(void **state)
@@ -959,6 +997,7 @@ int main(void)
         cmocka_unit_test(test_broken_topology),
         cmocka_unit_test(test_bad_targets),
         cmocka_unit_test(test_report),
+        cmocka_unit_test(test_report_from_env),
 #else
         cmocka_unit_test(test_without_hwloc),
 #endif
