@@ -755,6 +755,7 @@ static int rank_abort(harness_rank_t *r)
     /* later calls are aborted too */
     H_RC(r, oobx_barrier(c), OOBX_ERR_ABORTED);
     H_RC(r, oobx_send(c, peer, 1, buf, 1), OOBX_ERR_ABORTED);
+    sleep_ms(700); /* every rank has aborted before anyone closes its links */
     H_OK(r, oobx_comm_destroy(c));
     return 0;
 }
@@ -764,6 +765,12 @@ static int rank_timeout(harness_rank_t *r)
 {
     oobx_comm_t c = harness_comm_init_or_die(r);
     int peer = (r->rank + 1) % r->nranks;
+    if (r->rank != 0) {
+        /* stays silent and connected until rank 0 has timed out */
+        sleep_ms(r->cfg.timeout_ms + 1500);
+        H_OK(r, oobx_comm_destroy(c));
+        return 0;
+    }
     unsigned char buf[16];
     double t0 = harness_now();
     int rc = oobx_recv(c, peer, 1234, buf, sizeof buf, NULL);
