@@ -471,11 +471,15 @@ int topo_pick_device(const topo_request_t *req, const char *const *names, int nn
         }
     const char *want = req && req->net_device && req->net_device[0] ? req->net_device : NULL;
     if (want) {
-        for (int pass = 0; pass < 2; pass++)
+        /* exact; then "mlx5_0" for "mlx5_0:1"; then "mlx5_0:1" for a candidate listed without port */
+        size_t want_base = strcspn(want, ":");
+        for (int pass = 0; pass < 3; pass++)
             for (int i = 0; i < nnames; i++) {
                 size_t base = strcspn(names[i], ":");
-                if (pass == 0 ? strcmp(names[i], want) == 0
-                              : (strlen(want) == base && strncmp(names[i], want, base) == 0)) {
+                int hit = pass == 0   ? strcmp(names[i], want) == 0
+                          : pass == 1 ? (!want[want_base] && base == want_base && strncmp(names[i], want, base) == 0)
+                                      : (!names[i][base] && base == want_base && strncmp(names[i], want, base) == 0);
+                if (hit) {
                     topo_why(why, whylen, "%s: named by OOBX_NET_DEVICE=%s", names[i], want);
                     return i;
                 }

@@ -577,6 +577,11 @@ static void test_pick_device_gpu(void **state)
     assert_why_has(why, "OOBX_NET_DEVICE=mlx5_0");
     req.net_device = "mlx5_1:1";
     assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), 2);
+    req.net_device = "mlx5_1:2"; /* another port of a listed device */
+    assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    req.net_device = "mlx5_2:1"; /* verbs lists devices without port */
+    assert_int_equal(topo_pick_device(&req, verbs, 4, why, sizeof(why)), 2);
+    assert_why_has(why, "mlx5_2: named by OOBX_NET_DEVICE=mlx5_2:1");
     req.net_device = "mlx5_9";
     assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "OOBX_NET_DEVICE=mlx5_9 names none of the 4 candidates: mlx5_3:1, mlx5_2:1");
