@@ -78,8 +78,9 @@ int topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int
 /* For UCX/verbs: picks the device among the candidate names (as the transport lists them) closest to the
  * target; keeps candidate order when hwloc cannot tell. Returns index into names, and why.
  * A candidate "mlx5_0:1" (device:port) is located by its device part. When req->net_device is set, the
- * candidate it names (exactly, or by its device part) is returned, and OOBX_ERR_UNAVAILABLE when none
- * is. OOBX_ERR_INVALID for no candidates or a malformed target. */
+ * candidate it names is returned: the same name, or "mlx5_0" naming "mlx5_0:1", or "mlx5_0:1" naming a
+ * candidate listed without port ("mlx5_0"); OOBX_ERR_UNAVAILABLE when it names none.
+ * OOBX_ERR_INVALID for no candidates or a malformed target. */
 int topo_pick_device(const topo_request_t *req, const char *const *names, int nnames, char *why, size_t whylen);
 /* For a transport that cannot list its devices before it starts (UCX narrows
  * NET_DEVICES before ucp_init): the RDMA device hwloc ranks closest to req's target.
