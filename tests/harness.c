@@ -290,7 +290,9 @@ int harness_job_start(harness_job_t *job, const harness_job_opts_t *o)
     }
     for (int i = 0; i < n; i++) job->pidfds[i] = -1;
 
-    if (o->from_env) {
+    if (o->from_env && o->comm_id) {
+        snprintf(job->comm_id, sizeof job->comm_id, "%s", o->comm_id);
+    } else if (o->from_env) {
         size_t off = 0;
         for (int i = 0; i < job->nroots; i++) {
             int port = harness_free_port();

@@ -47,6 +47,7 @@ typedef struct harness_job_opts {
     int start_spread_ms;    /* ranks start a random 0..spread ms late */
     int keep_going;         /* do not kill the job when a rank fails (fault tests) */
     const char *const *env; /* NULL-terminated "NAME=value" list set in every rank */
+    const char *comm_id;    /* from_env jobs: this OOBX_COMM_ID instead of free ports */
     harness_fn fn;
     void *arg;
 } harness_job_opts_t;
