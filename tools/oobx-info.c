@@ -65,7 +65,10 @@ static void print_transports(const oobx_settings_t *s)
     for (size_t i = 0; i < NTRANSPORTS; i++) {
         tp_check(transports[i], s, &st[i]);
         const char *state = st[i].usable ? "usable" : st[i].built ? "built, not usable here" : "not built";
-        printf("  %-7s %-24s%s%s\n", transports[i], state, st[i].why[0] ? "  " : "", st[i].why);
+        if (st[i].why[0])
+            printf("  %-7s %-24s %s\n", transports[i], state, st[i].why);
+        else
+            printf("  %-7s %s\n", transports[i], state);
     }
     if (!strcmp(s->transport, "auto")) {
         /* auto: ucx when it can run here, else the socket transport */
@@ -175,6 +178,21 @@ static int known_name(const char *name, size_t len)
     return 0;
 }
 
+/* The value as a shell word: quoted unless it is plain. */
+static void print_shell_word(const char *v)
+{
+    if (v[0] && strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.,:/^=+-%@") == strlen(v)) {
+        fputs(v, stdout);
+        return;
+    }
+    putchar('\'');
+    for (const char *p = v; *p; p++) {
+        if (*p == '\'') fputs("'\\''", stdout);
+        else putchar(*p);
+    }
+    putchar('\'');
+}
+
 static void print_settings(void)
 {
     printf("# oobx %s settings: default, value in this environment, and doc\n", oobx_version());
@@ -182,10 +200,9 @@ static void print_settings(void)
         const char *v = getenv(d->name);
         printf("\n# %s\n", d->doc);
         printf("# default: %s\n", d->def[0] ? d->def : "(empty)");
-        if (v)
-            printf("%s=%s    # set in the environment\n", d->name, v);
-        else
-            printf("%s=%s\n", d->name, d->def);
+        printf("%s=", d->name);
+        print_shell_word(v ? v : d->def);
+        printf(v ? "    # set in the environment\n" : "\n");
     }
     int header = 0;
     for (char **e = environ; *e; e++) {
@@ -225,10 +242,8 @@ int main(int argc, char **argv)
 
     oobx_settings_t s;
     int bad = oobx_settings_load(&s, NULL);
-    if (bad != OOBX_SUCCESS) {
-        fprintf(stderr, "oobx-info: %s\n", oobx_last_error());
-        if (!want_config) return 1;
-    }
+    /* a malformed setting was reported by the library (on stderr) */
+    if (bad != OOBX_SUCCESS && !want_config) return 1;
     if (want_usable) return print_usable(&s);
     if (want_config) {
         print_settings();
