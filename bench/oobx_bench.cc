@@ -71,12 +71,17 @@ double now_s()
     return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+// Thrown on the first failure: unwinding out of RunSpecifiedBenchmarks closes
+// rank 0's JSON file with the results so far (bench/results.py reads a file
+// cut short), then main returns 2.
+struct BenchFailure {};
+
 [[noreturn]] void fail(const Job &job, const char *what, int rc)
 {
     std::fprintf(stderr, "oobx-bench: rank %d of %d: %s failed: %s (%s): %s\n", job.rank,
                  job.nranks, what, oobx_error_name(rc), oobx_strerror(rc), oobx_last_error());
     std::fflush(stderr);
-    std::exit(2);
+    throw BenchFailure{};
 }
 
 [[noreturn]] void fail_errno(const Job &job, const char *what)
@@ -84,7 +89,7 @@ double now_s()
     std::fprintf(stderr, "oobx-bench: rank %d of %d: %s failed: %s\n", job.rank, job.nranks,
                  what, std::strerror(errno));
     std::fflush(stderr);
-    std::exit(2);
+    throw BenchFailure{};
 }
 
 #define CHECK(job, call)                      \
@@ -181,7 +186,7 @@ void bm_allgather(benchmark::State &st, Job &job, size_t size)
         if (!slice_ok(buf, size_t(r) * size, size, r)) {
             std::fprintf(stderr, "oobx-bench: rank %d: allgather of %zu B: slice of rank %d is wrong\n",
                          job.rank, size, r);
-            std::exit(3);
+            throw BenchFailure{};
         }
     double t = run_batches(st, job, [&] { CHECK(job, oobx_allgather(job.comm, buf.data(), size)); });
     set_size_counters(st, size, t, double(n) * double(size), double(n - 1) / double(n));
@@ -579,15 +584,18 @@ int main(int argc, char **argv)
     benchmark::AddCustomContext("batch_ms", std::to_string(job.opt.batch_ms));
 
     register_all(job);
-    if (job.rank == 0) {
-        benchmark::RunSpecifiedBenchmarks();
-    } else {
-        NullReporter quiet;
-        benchmark::RunSpecifiedBenchmarks(&quiet);
+    try {
+        if (job.rank == 0) {
+            benchmark::RunSpecifiedBenchmarks();
+        } else {
+            NullReporter quiet;
+            benchmark::RunSpecifiedBenchmarks(&quiet);
+        }
+        benchmark::Shutdown();
+        CHECK(job, oobx_barrier(job.comm));
+        CHECK(job, oobx_comm_destroy(job.comm));
+    } catch (const BenchFailure &) {
+        return 2; // the communicator may be unusable: no destroy
     }
-    benchmark::Shutdown();
-
-    CHECK(job, oobx_barrier(job.comm));
-    CHECK(job, oobx_comm_destroy(job.comm));
     return 0;
 }

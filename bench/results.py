@@ -51,15 +51,33 @@ def _to_us(value, unit):
     return value * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(unit, 1.0)
 
 
+def _read_json(path):
+    """A JSON file, or one that a failed run cut short after some results."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    cut = text.rfind("}")
+    if cut < 0:
+        return None
+    try:
+        data = json.loads(text[:cut + 1] + "\n  ]\n}\n")
+        data.setdefault("context", {})["partial"] = True
+        return data
+    except ValueError:
+        return None
+
+
 def load(out):
     recs = []
     for path in sorted(glob.glob(os.path.join(out, "raw", "*.json"))):
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if "benchmarks" not in data:
+        data = _read_json(path)
+        if data is None or "benchmarks" not in data:
             continue
         ctx = data.get("context", {})
         impl = ctx.get("impl", "?")
