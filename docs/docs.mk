@@ -7,6 +7,6 @@ ALL_TARGETS += $(DOC_EXAMPLES)
 
 check-examples: $(DOC_EXAMPLES) $(BINDIR)/oobx-run
 	@echo 'examples: docs/examples (hello under oobx-run, unique_id as threads)'
-	@OOBX_SOCKET_IFNAME=lo UCX_NET_DEVICES=$${UCX_NET_DEVICES:-lo} $(BINDIR)/oobx-run -n 4 --timeout 60 -- $(BUILD)/docs/hello
+	@OOBX_TRANSPORT=socket OOBX_SOCKET_IFNAME=lo $(BINDIR)/oobx-run -n 4 --timeout 60 -- $(BUILD)/docs/hello
 	@OOBX_SOCKET_IFNAME=lo $(BUILD)/docs/unique_id
 .PHONY: check-examples

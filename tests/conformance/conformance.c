@@ -978,6 +978,7 @@ static void build_cases(conf_suite_t *s)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* in order with cmocka's stderr */
     conf_suite_t s;
     memset(&s, 0, sizeof s);
     s.scale = harness_scale();

@@ -782,6 +782,7 @@ int main(void)
         cmocka_unit_test(test_abort_in_allgather),
         cmocka_unit_test(test_cycles),
     };
+    setvbuf(stdout, NULL, _IOLBF, 0); /* in order with cmocka's stderr */
     printf("fault: transport %s, scale %s\n", harness_transport(),
            harness_scale() == 0 ? "small" : harness_scale() == 1 ? "normal" : "long");
     const char *filter = getenv("OOBX_TEST_FILTER");

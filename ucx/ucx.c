@@ -1,0 +1,1317 @@
+/*
+ * The UCX transport: a loadable module (liboobx-ucx.so) exporting oobx_ucx_ops.
+ *
+ * One UCP context and one worker per instance. The address blob is a small
+ * header (magic, version, host, pid) and the worker address, carried by the
+ * core as a variable-length card. Endpoints are created lazily: on the first
+ * send to a peer, or the first message from it (so that a peer we only hear
+ * from is also watched by UCX's error handling).
+ *
+ * Messages travel as UCX tag messages. The 64-bit UCX tag holds
+ *
+ *     bit 63      DATA: the payload of a large message (received zero-copy)
+ *     bits 62-59  type (EAGER, HDR, DOORBELL, CREDIT, SETUP)
+ *     bits 58-32  sender rank
+ *     bits 31-0   per-sender sequence number
+ *
+ * The core does the matching (context, user tag, source); the transport only
+ * moves messages in order. Every message but DATA is taken with
+ * ucp_tag_probe_nb(mask = DATA bit), in arrival order. A message of up to
+ * UCX_EAGER_MAX payload bytes is one EAGER message (header + payload in an
+ * iov); a larger one is a HDR message and then a DATA message that is received
+ * by ucp_tag_recv_nbx straight into the buffer the core's msg_begin returned,
+ * matched exactly by (DATA, sender, sequence).
+ *
+ * Ring links (OOBX_UCX_RING): the receiver of the link prev -> me maps a ring
+ * buffer (ucp_mem_map) and sends its packed rkey to prev (SETUP). The sender
+ * then writes chunks with ucp_put_nbx, fences, and rings a DOORBELL (a small
+ * tag message carrying sequence number and size: puts do not wake the
+ * receiver's event fd). The receiver copies each chunk out, frees the slot and
+ * returns CREDITs in batches. The slot/credit bookkeeping is src/ringbuf.c.
+ *
+ * Delivery order: records of every incoming message are kept per sender in
+ * arrival order; msg_begin is called in that order as soon as the header is
+ * in, and msg_end in that order once the payload is in place.
+ *
+ * Waiting: wait_prepare() arms the worker (ucp_worker_arm) and hands out
+ * ucp_worker_get_efd(); it caps the sleep so UCX's keepalive, which finds
+ * dead peers, still runs while the core sleeps.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include "log.h"
+#include "ringbuf.h"
+#include "transport.h"
+#include "util.h"
+
+#define UCX_BLOB_MAGIC 0x5543584fu /* "OXCU" */
+#define UCX_BLOB_VERSION 1
+#define UCX_EAGER_MAX 8192u        /* payload bytes sent in one message */
+#define UCX_CTRL_MAX 4096u         /* largest control message (SETUP) */
+#define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
+#define UCX_KEEPALIVE_DEFAULT "500ms"
+
+#define UCX_TAG_DATA (1ull << 63)
+#define UCX_TAG_TYPE_SHIFT 59
+#define UCX_TAG_TYPE_MASK 0xfull
+#define UCX_TAG_RANK_SHIFT 32
+#define UCX_TAG_RANK_MASK ((1ull << 27) - 1)
+#define UCX_RANKS_MAX ((int)UCX_TAG_RANK_MASK)
+
+extern const oobx_tp_ops_t oobx_ucx_ops;
+
+enum { UCX_T_EAGER = 1, UCX_T_HDR = 2, UCX_T_DOORBELL = 3, UCX_T_CREDIT = 4, UCX_T_SETUP = 5 };
+
+static uint64_t ucx_tag(int type, int rank, uint32_t seq)
+{
+    return ((uint64_t)type << UCX_TAG_TYPE_SHIFT) | ((uint64_t)rank << UCX_TAG_RANK_SHIFT) | seq;
+}
+
+static int ucx_tag_type(uint64_t tag) { return (int)((tag >> UCX_TAG_TYPE_SHIFT) & UCX_TAG_TYPE_MASK); }
+static int ucx_tag_rank(uint64_t tag) { return (int)((tag >> UCX_TAG_RANK_SHIFT) & UCX_TAG_RANK_MASK); }
+static uint32_t ucx_tag_seq(uint64_t tag) { return (uint32_t)tag; }
+
+/* The address card. */
+typedef struct ucx_blob_hdr {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t hdr_bytes;
+    uint32_t pid;
+    uint32_t addr_len;
+    char host[48];
+} ucx_blob_hdr_t;
+
+typedef struct ucx_doorbell {
+    uint64_t seq;
+    uint32_t bytes;
+    uint32_t pad;
+} ucx_doorbell_t;
+
+typedef struct ucx_setup {
+    uint32_t slots;
+    uint32_t slot_bytes;
+    uint64_t raddr;
+    uint32_t rkey_len;
+    uint32_t pad;
+} ucx_setup_t;
+
+typedef struct ucx_tp ucx_tp_t;
+
+/* A send: one core message (or an internal control message). */
+typedef struct ucx_sreq {
+    struct ucx_sreq *next;      /* ring send queue */
+    struct ucx_sreq *live_prev, *live_next; /* every unfinished send of the instance */
+    ucx_tp_t *tp;
+    oobx_tp_req_t *req;         /* the core's record, NULL for control messages */
+    oobx_msg_hdr_t hdr;         /* wire copy of the header */
+    const void *payload;
+    ucp_dt_iov_t iov[2];
+    int pending;                /* UCX operations not yet complete */
+    int issued;                 /* every operation has been started */
+    int status;
+    unsigned char ctrl[64];     /* payload of a control message */
+} ucx_sreq_t;
+
+/* An incoming message, in its sender's arrival order. */
+typedef struct ucx_rrec {
+    struct ucx_rrec *next;
+    ucx_tp_t *tp;
+    int peer;
+    int type;
+    uint64_t tag;
+    void *buf;              /* the received control/eager message */
+    size_t len;
+    void *ureq;             /* UCX request of that receive, or NULL */
+    void *data_ureq;        /* UCX request of the DATA receive */
+    int arrived;            /* buf holds the message */
+    int begun;              /* handled: msg_begin called (if a message) */
+    int complete;           /* payload in place */
+    int has_msg;            /* msg_end is owed */
+    int status;
+    void *cookie;
+} ucx_rrec_t;
+
+typedef struct ucx_peer {
+    ucx_tp_t *tp;
+    int rank;
+    ucp_address_t *addr;
+    size_t addr_len;
+    char host[48];
+    uint32_t pid;
+    ucp_ep_h ep;
+    int failed;             /* the link is gone */
+    int fail_reported;      /* sink.peer_failed called */
+    int fail_status;
+    char why[192];
+    uint32_t tx_seq;        /* tag sequence numbers, this rank -> peer */
+    ucx_rrec_t *rx_head, *rx_tail;
+    int dirty;              /* on the dirty list */
+} ucx_peer_t;
+
+/* Link prev -> me: my registered receive ring. */
+typedef struct ucx_ring_rx {
+    int peer;
+    ucp_mem_h memh;
+    void *base;
+    size_t size;
+    ringbuf_rx_t rb;
+    ucx_rrec_t *cur;        /* record of the message being assembled */
+    void *dest;
+    int setup_sent;
+} ucx_ring_rx_t;
+
+/* Link me -> next: the peer's ring. */
+typedef struct ucx_ring_tx {
+    int peer;
+    int active;             /* sends to peer go through the ring */
+    ucp_rkey_h rkey;
+    uint64_t raddr;
+    void *rptr;             /* the ring mapped into this process, when shared memory allows */
+    ringbuf_tx_t rb;
+    unsigned char (*heads)[RINGBUF_HEAD_MAX];
+    ucx_doorbell_t *bells;
+    ucx_sreq_t *q_head, *q_tail;
+} ucx_ring_tx_t;
+
+struct ucx_tp {
+    oobx_tp_t base;
+    int rank, nranks;
+    uint64_t magic;
+    const oobx_settings_t *settings;
+    const oobx_log_t *log;
+    oobx_tp_sink_t sink;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    int efd;
+    ucp_address_t *my_addr;
+    size_t my_addr_len;
+    char host[48];
+    ucx_peer_t *peers;
+    int *dirty;             /* peers with records to look at */
+    int ndirty;
+    int fail_pending;       /* a peer failed and is not reported yet */
+    int fatal;              /* the endpoint is unusable */
+    int ring_mode;          /* UCX_RING_* */
+    ucx_ring_rx_t rrx;
+    ucx_ring_tx_t rtx;
+    oobx_ratelimit_t rl;
+    ucx_sreq_t *live;       /* unfinished sends */
+    ucx_rrec_t *orphans;    /* records of dropped peers with a UCX receive still out */
+    int destroying;         /* completions no longer reach the core */
+};
+
+enum { UCX_RING_AUTO = 0, UCX_RING_PUT = 1, UCX_RING_TAG = 2 };
+
+static const char *ucx_ring_mode_name(int m)
+{
+    return m == UCX_RING_PUT ? "put" : m == UCX_RING_TAG ? "tag" : "auto";
+}
+
+/* ---- peers and failures ------------------------------------------------------- */
+
+static void ucx_mark_dirty(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    if (!p->dirty) {
+        p->dirty = 1;
+        tp->dirty[tp->ndirty++] = peer;
+    }
+}
+
+static void ucx_peer_fail(ucx_tp_t *tp, int peer, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void ucx_peer_fail(ucx_tp_t *tp, int peer, int status, const char *fmt, ...)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    if (p->failed) return;
+    p->failed = 1;
+    p->fail_status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->why, sizeof(p->why), fmt, ap);
+    va_end(ap);
+    tp->fail_pending = 1;
+}
+
+static void ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)ep;
+    ucx_peer_t *p = arg;
+    ucx_peer_fail(p->tp, p->rank, OOBX_ERR_REMOTE, "ucx: link to rank %d (%s pid %u) failed: %s",
+                  p->rank, p->host, p->pid, ucs_status_string(status));
+}
+
+static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    if (p->ep || p->failed) return p->ep;
+    if (!p->addr) return NULL;
+    ucp_ep_params_t ep_params = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = p->addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ucx_ep_err_cb, .arg = p},
+    };
+    ucs_status_t st = ucp_ep_create(tp->worker, &ep_params, &p->ep);
+    if (st != UCS_OK) {
+        p->ep = NULL;
+        ucx_peer_fail(tp, peer, OOBX_ERR_REMOTE, "ucx: cannot create an endpoint to rank %d (%s pid %u): %s",
+                      peer, p->host, p->pid, ucs_status_string(st));
+        return NULL;
+    }
+    if (tp->log && tp->log->level >= OOBX_LOG_TRACE) {
+        char *text = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&text, &n);
+        if (f) {
+            ucp_ep_print_info(p->ep, f);
+            fclose(f);
+            OOBX_TRACE(tp->log, "ucx: endpoint to rank %d:\n%s", peer, text);
+            free(text);
+        }
+    }
+    return p->ep;
+}
+
+/* ---- sends ------------------------------------------------------------------------ */
+
+static int ucx_status(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_OK: return 0;
+    case UCS_ERR_NO_MEMORY: return OOBX_ERR_NOMEM;
+    case UCS_ERR_CANCELED: return OOBX_ERR_ABORTED;
+    case UCS_ERR_TIMED_OUT: return OOBX_ERR_TIMEOUT;
+    case UCS_ERR_MESSAGE_TRUNCATED: return OOBX_ERR_TRUNCATED;
+    default: return OOBX_ERR_REMOTE;
+    }
+}
+
+static ucx_sreq_t *ucx_sreq_new(ucx_tp_t *tp, size_t extra)
+{
+    ucx_sreq_t *s = calloc(1, sizeof(*s) + extra);
+    if (!s) return NULL;
+    s->tp = tp;
+    s->live_next = tp->live;
+    if (tp->live) tp->live->live_prev = s;
+    tp->live = s;
+    return s;
+}
+
+static void ucx_sreq_finish(ucx_sreq_t *s)
+{
+    ucx_tp_t *tp = s->tp;
+    if (s->live_prev)
+        s->live_prev->live_next = s->live_next;
+    else
+        tp->live = s->live_next;
+    if (s->live_next) s->live_next->live_prev = s->live_prev;
+    if (s->req && !tp->destroying) {
+        s->req->status = s->status;
+        s->req->done = 1;
+    }
+    free(s);
+}
+
+static void ucx_sreq_op_done(ucx_sreq_t *s, ucs_status_t st)
+{
+    if (st != UCS_OK && !s->status) s->status = ucx_status(st);
+    if (--s->pending == 0 && s->issued) ucx_sreq_finish(s);
+}
+
+static void ucx_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    ucx_sreq_op_done(user_data, status);
+    ucp_request_free(request);
+}
+
+static void ucx_free_cb(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    (void)user_data;
+    ucp_request_free(request);
+}
+
+/* Accounts for a started operation (ptr from a *_nbx call). */
+static void ucx_sreq_track(ucx_sreq_t *s, ucs_status_ptr_t ptr)
+{
+    if (ptr == NULL) return;
+    if (UCS_PTR_IS_ERR(ptr)) {
+        if (!s->status) s->status = ucx_status(UCS_PTR_STATUS(ptr));
+        return;
+    }
+    s->pending++;
+}
+
+static ucp_request_param_t ucx_send_param(ucx_sreq_t *s)
+{
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = ucx_send_cb,
+        .user_data = s,
+    };
+    return prm;
+}
+
+/* Closes the issue phase of s: finishes it when nothing is outstanding. */
+static void ucx_sreq_issued(ucx_sreq_t *s)
+{
+    s->issued = 1;
+    if (s->pending == 0) ucx_sreq_finish(s);
+}
+
+/* A control message (no core request); failures show up as peer failures. */
+static void ucx_send_ctrl(ucx_tp_t *tp, int peer, int type, const void *data, size_t len)
+{
+    ucp_ep_h ep = ucx_peer_ep(tp, peer);
+    if (!ep) return;
+    ucx_peer_t *p = &tp->peers[peer];
+    ucx_sreq_t *s = ucx_sreq_new(tp, len > sizeof(s->ctrl) ? len : 0);
+    if (!s) {
+        ucx_peer_fail(tp, peer, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
+        return;
+    }
+    void *buf = len > sizeof(s->ctrl) ? (void *)(s + 1) : (void *)s->ctrl;
+    if (len) memcpy(buf, data, len);
+    ucp_request_param_t prm = ucx_send_param(s);
+    ucx_sreq_track(s, ucp_tag_send_nbx(ep, buf, len, ucx_tag(type, tp->rank, p->tx_seq++), &prm));
+    ucx_sreq_issued(s);
+}
+
+static int ucx_send_tag(ucx_tp_t *tp, int peer, ucp_ep_h ep, ucx_sreq_t *s)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    uint32_t seq = p->tx_seq++;
+    ucp_request_param_t prm = ucx_send_param(s);
+    if (s->hdr.len <= UCX_EAGER_MAX) {
+        s->iov[0].buffer = &s->hdr;
+        s->iov[0].length = sizeof(s->hdr);
+        s->iov[1].buffer = (void *)s->payload;
+        s->iov[1].length = s->hdr.len;
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.datatype = ucp_dt_make_iov();
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, s->iov, s->hdr.len ? 2 : 1,
+                                           ucx_tag(UCX_T_EAGER, tp->rank, seq), &prm));
+    } else {
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, &s->hdr, sizeof(s->hdr),
+                                           ucx_tag(UCX_T_HDR, tp->rank, seq), &prm));
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, s->payload, s->hdr.len,
+                                           UCX_TAG_DATA | ucx_tag(0, tp->rank, seq), &prm));
+    }
+    ucx_sreq_issued(s);
+    return 0;
+}
+
+/* Writes queued ring messages into the peer's ring as far as credits allow. */
+static void ucx_ring_push(ucx_tp_t *tp)
+{
+    ucx_ring_tx_t *r = &tp->rtx;
+    ucx_peer_t *p = &tp->peers[r->peer];
+    if (!r->active || p->failed) return;
+    ucp_ep_h ep = p->ep;
+    while (r->q_head) {
+        ucx_sreq_t *s = r->q_head;
+        if (!r->rb.in_msg) ringbuf_tx_msg_begin(&r->rb, &s->hdr);
+        ringbuf_chunk_t c;
+        while (ringbuf_tx_next(&r->rb, &c)) {
+            memcpy(r->heads[c.slot], c.head, c.head_len);
+            uint64_t dst = r->raddr + c.slot_off;
+            if (r->rptr) {
+                /* the peer's ring is mapped here (shared memory): write it directly */
+                memcpy((char *)r->rptr + c.slot_off, c.head, c.head_len);
+                if (c.pay_len)
+                    memcpy((char *)r->rptr + c.slot_off + c.head_len,
+                           (const char *)s->payload + c.pay_off, c.pay_len);
+            } else {
+                ucp_request_param_t prm = ucx_send_param(s);
+                ucx_sreq_track(s, ucp_put_nbx(ep, r->heads[c.slot], c.head_len, dst, r->rkey, &prm));
+                if (c.pay_len)
+                    ucx_sreq_track(s, ucp_put_nbx(ep, (const char *)s->payload + c.pay_off, c.pay_len,
+                                                  dst + c.head_len, r->rkey, &prm));
+                ucp_worker_fence(tp->worker);
+            }
+            ucx_doorbell_t *db = &r->bells[c.slot];
+            db->seq = c.seq;
+            db->bytes = c.bytes;
+            db->pad = 0;
+            ucp_request_param_t dprm = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+                .cb.send = ucx_free_cb,
+            };
+            ucs_status_ptr_t ptr = ucp_tag_send_nbx(ep, db, sizeof(*db),
+                                                    ucx_tag(UCX_T_DOORBELL, tp->rank, p->tx_seq++), &dprm);
+            if (UCS_PTR_IS_ERR(ptr) && !s->status) s->status = ucx_status(UCS_PTR_STATUS(ptr));
+            if (c.last) break;
+        }
+        if (r->rb.in_msg) return; /* out of credits in the middle of s */
+        r->q_head = s->next;
+        if (!r->q_head) r->q_tail = NULL;
+        ucx_sreq_issued(s);
+    }
+}
+
+static int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
+                    oobx_tp_req_t *req)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    if (peer < 0 || peer >= tp->nranks || peer == tp->rank)
+        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: send to rank %d of %d", peer, tp->nranks);
+    ucx_peer_t *p = &tp->peers[peer];
+    if (p->failed)
+        return oobx_fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    if (!p->addr)
+        return oobx_fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
+    ucp_ep_h ep = ucx_peer_ep(tp, peer);
+    if (!ep) return oobx_fail(tp->log, OOBX_ERR_REMOTE, "%s", p->why);
+    ucx_sreq_t *s = ucx_sreq_new(tp, 0);
+    if (!s) return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
+    s->req = req;
+    s->hdr = *hdr;
+    s->payload = payload;
+    req->done = 0;
+    req->status = 0;
+    if (tp->rtx.active && tp->rtx.peer == peer) {
+        if (tp->rtx.q_tail)
+            tp->rtx.q_tail->next = s;
+        else
+            tp->rtx.q_head = s;
+        tp->rtx.q_tail = s;
+        ucx_ring_push(tp);
+        return 0;
+    }
+    return ucx_send_tag(tp, peer, ep, s);
+}
+
+/* ---- receives ----------------------------------------------------------------------- */
+
+static void ucx_recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                        void *user_data)
+{
+    (void)request;
+    (void)info;
+    ucx_rrec_t *r = user_data;
+    if (status != UCS_OK) r->status = ucx_status(status);
+    r->arrived = 1;
+    if (r->peer >= 0) ucx_mark_dirty(r->tp, r->peer);
+}
+
+static void ucx_data_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                        void *user_data)
+{
+    (void)request;
+    (void)info;
+    ucx_rrec_t *r = user_data;
+    if (status != UCS_OK && !r->status) r->status = ucx_status(status);
+    r->complete = 1;
+    if (r->peer >= 0) ucx_mark_dirty(r->tp, r->peer);
+}
+
+static void ucx_rrec_free(ucx_rrec_t *r)
+{
+    if (r->ureq) ucp_request_free(r->ureq);
+    if (r->data_ureq) ucp_request_free(r->data_ureq);
+    free(r->buf);
+    free(r);
+}
+
+/* A message that breaks the protocol: the peer is dropped. */
+static void ucx_protocol_error(ucx_tp_t *tp, int peer, const char *what)
+{
+    ucx_peer_fail(tp, peer, OOBX_ERR_PROTOCOL, "ucx: rank %d broke the protocol: %s", peer, what);
+}
+
+static void ucx_credit_send(ucx_tp_t *tp, uint64_t credit)
+{
+    ucx_send_ctrl(tp, tp->rrx.peer, UCX_T_CREDIT, &credit, sizeof(credit));
+}
+
+static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t raddr, void **rptr,
+                           const char **why);
+
+/* SETUP from next: its ring for the link me -> next. */
+static void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len)
+{
+    ucx_ring_tx_t *r = &tp->rtx;
+    ucx_setup_t su;
+    char why[200];
+    if (peer != r->peer || r->rkey || len < sizeof(su)) {
+        ucx_protocol_error(tp, peer, "unexpected ring setup");
+        return;
+    }
+    memcpy(&su, buf, sizeof(su));
+    if (su.rkey_len != len - sizeof(su)) {
+        ucx_protocol_error(tp, peer, "ring setup of the wrong size");
+        return;
+    }
+    if (ringbuf_geom_check(su.slots, su.slot_bytes, why, sizeof(why))) {
+        ucx_protocol_error(tp, peer, why);
+        return;
+    }
+    ucp_ep_h ep = ucx_peer_ep(tp, peer);
+    if (!ep) return;
+    ucs_status_t st = ucp_ep_rkey_unpack(ep, (const char *)buf + sizeof(su), &r->rkey);
+    if (st != UCS_OK) {
+        r->rkey = NULL;
+        OOBX_WARN(tp->log, "ucx: cannot unpack the ring key of rank %d (%s); ring sends use tag messages",
+                  peer, ucs_status_string(st));
+        return;
+    }
+    r->raddr = su.raddr;
+    const char *reason = "";
+    if (!ucx_ring_choose(tp, ep, r->rkey, r->raddr, &r->rptr, &reason)) {
+        OOBX_INFO(tp->log, "ucx: ring link to rank %d uses tag messages (OOBX_UCX_RING=%s: %s)", peer,
+                  ucx_ring_mode_name(tp->ring_mode), reason);
+        return;
+    }
+    r->heads = calloc(su.slots, sizeof(*r->heads));
+    r->bells = calloc(su.slots, sizeof(*r->bells));
+    if (!r->heads || !r->bells) {
+        free(r->heads);
+        free(r->bells);
+        r->heads = NULL;
+        r->bells = NULL;
+        return;
+    }
+    ringbuf_tx_init(&r->rb, su.slots, su.slot_bytes);
+    r->active = 1;
+    OOBX_INFO(tp->log, "ucx: ring link to rank %d writes into its registered ring (%u slots of %u bytes, %s: %s)",
+              peer, su.slots, su.slot_bytes, r->rptr ? "mapped" : "ucp_put_nbx", reason);
+}
+
+/* Handles the head-of-line work of record r (its message has arrived). */
+static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
+{
+    r->begun = 1;
+    r->complete = 1; /* unless a payload is still coming */
+    if (r->status) {
+        ucx_peer_fail(tp, r->peer, r->status, "ucx: receive from rank %d failed: %s", r->peer,
+                      oobx_strerror(r->status));
+        return;
+    }
+    switch (r->type) {
+    case UCX_T_EAGER:
+    case UCX_T_HDR: {
+        oobx_msg_hdr_t h;
+        if (r->len < sizeof(h)) {
+            ucx_protocol_error(tp, r->peer, "short message header");
+            return;
+        }
+        memcpy(&h, r->buf, sizeof(h));
+        if (h.src != r->peer) {
+            ucx_protocol_error(tp, r->peer, "message header names another sender");
+            return;
+        }
+        if (r->type == UCX_T_EAGER ? h.len != r->len - sizeof(h) : (r->len != sizeof(h) || h.len <= UCX_EAGER_MAX)) {
+            ucx_protocol_error(tp, r->peer, "message length disagrees with its header");
+            return;
+        }
+        void *dst = tp->sink.msg_begin(tp->sink.core, &h, &r->cookie);
+        r->has_msg = 1;
+        if (r->type == UCX_T_EAGER) {
+            if (h.len) memcpy(dst, (char *)r->buf + sizeof(h), h.len);
+            return;
+        }
+        r->complete = 0;
+        ucp_request_param_t prm = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.recv = ucx_data_cb,
+            .user_data = r,
+        };
+        ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst, h.len,
+                                                UCX_TAG_DATA | ucx_tag(0, r->peer, ucx_tag_seq(r->tag)),
+                                                ~0ull, &prm);
+        if (ptr == NULL) {
+            r->complete = 1;
+        } else if (UCS_PTR_IS_ERR(ptr)) {
+            r->complete = 1;
+            r->status = ucx_status(UCS_PTR_STATUS(ptr));
+        } else {
+            r->data_ureq = ptr;
+            if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->complete = 1;
+        }
+        return;
+    }
+    case UCX_T_DOORBELL: {
+        ucx_ring_rx_t *rx = &tp->rrx;
+        ucx_doorbell_t db;
+        char why[200];
+        ringbuf_rx_ev_t ev;
+        if (r->peer != rx->peer || !rx->base || r->len != sizeof(db)) {
+            ucx_protocol_error(tp, r->peer, "unexpected ring doorbell");
+            return;
+        }
+        memcpy(&db, r->buf, sizeof(db));
+        if (ringbuf_rx_chunk(&rx->rb, rx->base, db.seq, db.bytes, &ev, why, sizeof(why))) {
+            ucx_protocol_error(tp, r->peer, why);
+            return;
+        }
+        if (ev.first) {
+            if (ev.hdr.src != r->peer) {
+                ucx_protocol_error(tp, r->peer, "ring message header names another sender");
+                return;
+            }
+            rx->dest = tp->sink.msg_begin(tp->sink.core, &ev.hdr, &r->cookie);
+            r->has_msg = 1;
+            r->complete = 0;
+            rx->cur = r;
+        }
+        if (ev.len) memcpy((char *)rx->dest + ev.off, ev.data, ev.len);
+        if (ev.last) {
+            rx->cur->complete = 1;
+            rx->cur = NULL;
+        }
+        uint64_t credit;
+        if (ringbuf_rx_release(&rx->rb, &credit)) ucx_credit_send(tp, credit);
+        return;
+    }
+    case UCX_T_CREDIT: {
+        uint64_t credit;
+        if (r->peer != tp->rtx.peer || !tp->rtx.active || r->len != sizeof(credit)) {
+            ucx_protocol_error(tp, r->peer, "unexpected ring credit");
+            return;
+        }
+        memcpy(&credit, r->buf, sizeof(credit));
+        if (ringbuf_tx_credit(&tp->rtx.rb, credit)) {
+            ucx_protocol_error(tp, r->peer, "ring credit for chunks never sent");
+            return;
+        }
+        ucx_ring_push(tp);
+        return;
+    }
+    case UCX_T_SETUP:
+        ucx_handle_setup(tp, r->peer, r->buf, r->len);
+        return;
+    default:
+        ucx_protocol_error(tp, r->peer, "unknown message type");
+    }
+}
+
+/* Begins what can begin and ends what can end, in the sender's order. */
+static void ucx_peer_drain(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    for (ucx_rrec_t *r = p->rx_head; r && !p->failed; r = r->next) {
+        if (!r->arrived) break;
+        if (!r->begun) ucx_rrec_begin(tp, r);
+    }
+    while (!p->failed && p->rx_head && p->rx_head->begun && p->rx_head->complete) {
+        ucx_rrec_t *r = p->rx_head;
+        if (r->status && r->has_msg) {
+            ucx_peer_fail(tp, peer, r->status, "ucx: payload from rank %d lost: %s", peer,
+                          oobx_strerror(r->status));
+            break;
+        }
+        p->rx_head = r->next;
+        if (!p->rx_head) p->rx_tail = NULL;
+        if (r->has_msg) tp->sink.msg_end(tp->sink.core, r->cookie);
+        ucx_rrec_free(r);
+    }
+}
+
+static size_t ucx_type_max(int type)
+{
+    switch (type) {
+    case UCX_T_EAGER: return sizeof(oobx_msg_hdr_t) + UCX_EAGER_MAX;
+    case UCX_T_HDR: return sizeof(oobx_msg_hdr_t);
+    case UCX_T_DOORBELL: return sizeof(ucx_doorbell_t);
+    case UCX_T_CREDIT: return sizeof(uint64_t);
+    case UCX_T_SETUP: return UCX_CTRL_MAX;
+    default: return 0;
+    }
+}
+
+/* Takes every non-DATA message UCX holds, in arrival order. */
+static void ucx_probe(ucx_tp_t *tp)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    while ((msg = ucp_tag_probe_nb(tp->worker, 0, UCX_TAG_DATA, 1, &info)) != NULL) {
+        int type = ucx_tag_type(info.sender_tag);
+        int peer = ucx_tag_rank(info.sender_tag);
+        size_t max = ucx_type_max(type);
+        int bad = peer >= tp->nranks || peer == tp->rank || max == 0 || info.length > max;
+        ucx_rrec_t *r = calloc(1, sizeof(*r));
+        void *buf = malloc(info.length ? info.length : 1);
+        if (!r || !buf) {
+            free(r);
+            free(buf);
+            tp->fatal = oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes",
+                                  info.length);
+            return;
+        }
+        r->tp = tp;
+        r->peer = bad ? -1 : peer;
+        r->type = type;
+        r->tag = info.sender_tag;
+        r->buf = buf;
+        r->len = info.length;
+        ucp_request_param_t prm = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.recv = ucx_recv_cb,
+            .user_data = r,
+        };
+        if (bad) {
+            /* take it off the queue and drop it; a bogus sender rank cannot be blamed */
+            if (oobx_ratelimit_ok(&tp->rl))
+                OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes",
+                          info.sender_tag, info.length);
+            prm.op_attr_mask = 0;
+            ucs_status_ptr_t ptr = ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm);
+            if (ptr && !UCS_PTR_IS_ERR(ptr)) {
+                while (ucp_request_check_status(ptr) == UCS_INPROGRESS) ucp_worker_progress(tp->worker);
+                ucp_request_free(ptr);
+            }
+            free(buf);
+            free(r);
+            continue;
+        }
+        ucx_peer_t *p = &tp->peers[peer];
+        if (p->rx_tail)
+            p->rx_tail->next = r;
+        else
+            p->rx_head = r;
+        p->rx_tail = r;
+        ucs_status_ptr_t ptr = ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm);
+        if (ptr == NULL) {
+            r->arrived = 1;
+        } else if (UCS_PTR_IS_ERR(ptr)) {
+            r->arrived = 1;
+            r->status = ucx_status(UCS_PTR_STATUS(ptr));
+        } else {
+            r->ureq = ptr;
+            if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->arrived = 1;
+        }
+        ucx_mark_dirty(tp, peer);
+        /* watch the sender for failures too */
+        if (!p->ep && !p->failed) ucx_peer_ep(tp, peer);
+    }
+}
+
+/* Drops every record of a failed peer (cancelling payload receives). */
+static void ucx_peer_drop(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    for (ucx_rrec_t *r = p->rx_head; r;) {
+        ucx_rrec_t *next = r->next;
+        if (r->data_ureq && !r->complete) ucp_request_cancel(tp->worker, r->data_ureq);
+        if (r->ureq && !r->arrived) ucp_request_cancel(tp->worker, r->ureq);
+        if ((r->data_ureq && !r->complete) || (r->ureq && !r->arrived)) {
+            /* its callback is still to come: keep the record until then */
+            r->next = tp->orphans;
+            tp->orphans = r;
+        } else {
+            ucx_rrec_free(r);
+        }
+        r = next;
+    }
+    p->rx_head = p->rx_tail = NULL;
+    if (tp->rrx.cur && tp->rrx.peer == peer) tp->rrx.cur = NULL;
+    if (tp->rtx.peer == peer) {
+        for (ucx_sreq_t *s = tp->rtx.q_head; s;) {
+            ucx_sreq_t *next = s->next;
+            if (!s->status) s->status = p->fail_status ? p->fail_status : OOBX_ERR_REMOTE;
+            s->next = NULL;
+            ucx_sreq_issued(s);
+            s = next;
+        }
+        tp->rtx.q_head = tp->rtx.q_tail = NULL;
+        tp->rtx.active = 0;
+    }
+}
+
+static void ucx_report_failures(ucx_tp_t *tp)
+{
+    tp->fail_pending = 0;
+    for (int i = 0; i < tp->nranks; i++) {
+        ucx_peer_t *p = &tp->peers[i];
+        if (!p->failed || p->fail_reported) continue;
+        p->fail_reported = 1;
+        OOBX_INFO(tp->log, "%s", p->why);
+        ucx_peer_drop(tp, i);
+        if (p->ep) {
+            ucp_request_param_t prm = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                .flags = UCP_EP_CLOSE_FLAG_FORCE,
+            };
+            ucs_status_ptr_t ptr = ucp_ep_close_nbx(p->ep, &prm);
+            if (ptr && !UCS_PTR_IS_ERR(ptr)) {
+                for (int k = 0; k < 1000 && ucp_request_check_status(ptr) == UCS_INPROGRESS; k++)
+                    ucp_worker_progress(tp->worker);
+                ucp_request_free(ptr);
+            }
+            p->ep = NULL;
+        }
+        tp->sink.peer_failed(tp->sink.core, i, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, p->why);
+    }
+}
+
+static void ucx_orphans_sweep(ucx_tp_t *tp)
+{
+    for (ucx_rrec_t **pp = &tp->orphans; *pp;) {
+        ucx_rrec_t *r = *pp;
+        if ((r->data_ureq && !r->complete) || (r->ureq && !r->arrived)) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        ucx_rrec_free(r);
+    }
+}
+
+static int ucx_progress(oobx_tp_t *base)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    if (tp->fatal) return tp->fatal;
+    if (tp->orphans) ucx_orphans_sweep(tp);
+    for (int round = 0; round < 4; round++) {
+        for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
+        }
+        ucx_probe(tp);
+        if (tp->fatal) return tp->fatal;
+        int any = tp->ndirty > 0;
+        while (tp->ndirty > 0) {
+            int peer = tp->dirty[--tp->ndirty];
+            tp->peers[peer].dirty = 0;
+            ucx_peer_drain(tp, peer);
+        }
+        if (tp->fail_pending) {
+            ucx_report_failures(tp);
+            any = 1;
+        }
+        if (!any) break;
+    }
+    return 0;
+}
+
+static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *nfds, int *timeout_ms)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    *nfds = 0;
+    if (tp->fatal || tp->ndirty || tp->fail_pending) return 1;
+    if (max < 1) return 1;
+    ucs_status_t st = ucp_worker_arm(tp->worker);
+    if (st == UCS_ERR_BUSY) return 1;
+    if (st != UCS_OK) {
+        tp->fatal = oobx_fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ucp_worker_arm: %s", ucs_status_string(st));
+        return 1;
+    }
+    /* a message may have been probed-for but left in UCX's queue */
+    fds[0].fd = tp->efd;
+    fds[0].events = POLLIN;
+    fds[0].revents = 0;
+    *nfds = 1;
+    if (*timeout_ms < 0 || *timeout_ms > UCX_KEEPALIVE_MS) *timeout_ms = UCX_KEEPALIVE_MS;
+    return 0;
+}
+
+/* ---- the ring ------------------------------------------------------------------------ */
+
+/* Whether the ring to a peer is written with RMA. Native RMA here means the
+ * ring is mapped into this process (shared memory: posix, sysv, xpmem) or
+ * UCX's RMA lane for the endpoint is a real one-sided transport; over tcp UCX
+ * 1.13 emulates put in software, slower than its tag messages. */
+static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t raddr, void **rptr,
+                           const char **why)
+{
+    *rptr = NULL;
+    void *ptr = NULL;
+    int mapped = ucp_rkey_ptr(rkey, raddr, &ptr) == UCS_OK;
+    if (tp->ring_mode == UCX_RING_TAG) {
+        *why = "tag messages requested";
+        return 0;
+    }
+    if (mapped) {
+        *rptr = ptr;
+        *why = "the ring is in shared memory";
+        return 1;
+    }
+    /* look at the endpoint's RMA lanes */
+    int native = 0;
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (f) {
+        ucp_ep_print_info(ep, f);
+        fclose(f);
+        char *save = NULL;
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            if (!strstr(line, "rma_bw")) continue;
+            if (strstr(line, "tcp") || strstr(line, "sw")) continue;
+            native = 1;
+        }
+        free(text);
+    }
+    if (tp->ring_mode == UCX_RING_PUT) {
+        *why = native ? "put requested, native RMA" : "put requested, RMA emulated by UCX";
+        return 1;
+    }
+    *why = native ? "native RMA" : "RMA is emulated by UCX on this transport, tag messages are faster";
+    return native;
+}
+
+static int ucx_ring(oobx_tp_t *base, int prev, int next)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    tp->rrx.peer = prev;
+    tp->rtx.peer = next;
+    if (prev < 0 || prev == tp->rank || tp->ring_mode == UCX_RING_TAG) return 0;
+    if (prev >= tp->nranks || !tp->peers[prev].addr)
+        return oobx_fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ring neighbour %d has no address", prev);
+
+    char why[200];
+    uint32_t slots = (uint32_t)tp->settings->ring_slots;
+    uint32_t slot_bytes = (uint32_t)tp->settings->ring_slot_bytes;
+    if (tp->settings->ring_slots <= 0 || tp->settings->ring_slot_bytes > UINT32_MAX ||
+        ringbuf_geom_check(slots, slot_bytes, why, sizeof(why)))
+        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: %s", why);
+
+    ucx_ring_rx_t *rx = &tp->rrx;
+    rx->size = (size_t)slots * slot_bytes;
+    ucp_mem_map_params_t mp = {
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+        .length = rx->size,
+        .flags = UCP_MEM_MAP_ALLOCATE,
+    };
+    ucs_status_t st = ucp_mem_map(tp->ctx, &mp, &rx->memh);
+    if (st != UCS_OK) {
+        OOBX_WARN(tp->log, "ucx: cannot map a %zu-byte ring buffer (%s); the ring uses tag messages",
+                  rx->size, ucs_status_string(st));
+        rx->memh = NULL;
+        return 0;
+    }
+    ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+    if (ucp_mem_query(rx->memh, &ma) != UCS_OK) {
+        ucp_mem_unmap(tp->ctx, rx->memh);
+        rx->memh = NULL;
+        return 0;
+    }
+    rx->base = ma.address;
+    memset(rx->base, 0, rx->size);
+    ringbuf_rx_init(&rx->rb, slots, slot_bytes, 0);
+
+    void *rkey = NULL;
+    size_t rkey_len = 0;
+    st = ucp_rkey_pack(tp->ctx, rx->memh, &rkey, &rkey_len);
+    if (st != UCS_OK || sizeof(ucx_setup_t) + rkey_len > UCX_CTRL_MAX) {
+        if (st == UCS_OK) ucp_rkey_buffer_release(rkey);
+        OOBX_WARN(tp->log, "ucx: cannot pack the ring key (%s); the ring uses tag messages",
+                  st == UCS_OK ? "too large" : ucs_status_string(st));
+        return 0;
+    }
+    size_t len = sizeof(ucx_setup_t) + rkey_len;
+    unsigned char *msg = malloc(len);
+    if (!msg) {
+        ucp_rkey_buffer_release(rkey);
+        return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
+    }
+    ucx_setup_t su = {.slots = slots, .slot_bytes = slot_bytes, .raddr = (uint64_t)(uintptr_t)rx->base,
+                      .rkey_len = (uint32_t)rkey_len};
+    memcpy(msg, &su, sizeof(su));
+    memcpy(msg + sizeof(su), rkey, rkey_len);
+    ucp_rkey_buffer_release(rkey);
+    ucx_send_ctrl(tp, prev, UCX_T_SETUP, msg, len);
+    free(msg);
+    rx->setup_sent = 1;
+    OOBX_DEBUG(tp->log, "ucx: ring buffer for rank %d -> %d: %u slots of %u bytes, key of %zu bytes", prev,
+               tp->rank, slots, slot_bytes, rkey_len);
+    if (next >= 0 && next != tp->rank) ucx_peer_ep(tp, next);
+    return 0;
+}
+
+/* ---- life cycle ---------------------------------------------------------------------- */
+
+static void ucx_destroy(oobx_tp_t *base);
+
+static int ucx_parse_ring_mode(const char *s)
+{
+    if (!s || !*s || !strcmp(s, "auto")) return UCX_RING_AUTO;
+    if (!strcmp(s, "put")) return UCX_RING_PUT;
+    if (!strcmp(s, "tag")) return UCX_RING_TAG;
+    return -1;
+}
+
+static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
+{
+    const oobx_settings_t *set = p->settings;
+    if (p->nranks < 1 || p->nranks > UCX_RANKS_MAX || p->rank < 0 || p->rank >= p->nranks)
+        return oobx_fail(p->log, OOBX_ERR_INVALID, "ucx: rank %d of %d (at most %d ranks)", p->rank,
+                         p->nranks, UCX_RANKS_MAX);
+    int mode = ucx_parse_ring_mode(set->ucx_ring);
+    if (mode < 0)
+        return oobx_fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_UCX_RING=%s; use auto, put or tag",
+                         set->ucx_ring);
+    ucx_tp_t *tp = calloc(1, sizeof(*tp));
+    if (!tp) return oobx_fail(p->log, OOBX_ERR_NOMEM, "ucx: out of memory");
+    tp->base.ops = &oobx_ucx_ops;
+    tp->rank = p->rank;
+    tp->nranks = p->nranks;
+    tp->magic = p->magic;
+    tp->settings = set;
+    tp->log = p->log;
+    tp->sink = p->sink;
+    tp->efd = -1;
+    tp->ring_mode = mode;
+    tp->rrx.peer = -1;
+    tp->rtx.peer = -1;
+    if (gethostname(tp->host, sizeof(tp->host)) != 0) snprintf(tp->host, sizeof(tp->host), "?");
+    tp->host[sizeof(tp->host) - 1] = '\0';
+    tp->peers = calloc((size_t)p->nranks, sizeof(*tp->peers));
+    tp->dirty = calloc((size_t)p->nranks, sizeof(*tp->dirty));
+    if (!tp->peers || !tp->dirty) {
+        ucx_destroy(&tp->base);
+        return oobx_fail(p->log, OOBX_ERR_NOMEM, "ucx: out of memory for %d peers", p->nranks);
+    }
+    for (int i = 0; i < p->nranks; i++) {
+        tp->peers[i].tp = tp;
+        tp->peers[i].rank = i;
+    }
+
+    int rc = OOBX_ERR_UNAVAILABLE;
+    ucp_config_t *cfg = NULL;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK) {
+        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: cannot read the UCX configuration: %s",
+                       ucs_status_string(st));
+        goto out_destroy;
+    }
+    /* OOBX_NET_DEVICE narrows this communicator only; UCX_NET_DEVICES and
+     * UCX_TLS of the user are kept otherwise (ucp_config_read read them). */
+    if (set->net_device[0]) {
+        st = ucp_config_modify(cfg, "NET_DEVICES", set->net_device);
+        if (st != UCS_OK) {
+            ucp_config_release(cfg);
+            rc = oobx_fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_NET_DEVICE=%s refused by UCX: %s",
+                           set->net_device, ucs_status_string(st));
+            goto out_destroy;
+        }
+        OOBX_INFO(p->log, "ucx: network device %s (OOBX_NET_DEVICE)", set->net_device);
+    }
+    /* UCX finds dead peers by keepalive; its default period (20 s) is longer
+     * than a bootstrap should wait to hear of one. */
+    if (!getenv("UCX_KEEPALIVE_INTERVAL")) ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", UCX_KEEPALIVE_DEFAULT);
+
+    ucp_params_t params = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+        .mt_workers_shared = 0,
+        .estimated_num_eps = (size_t)p->nranks,
+    };
+    st = ucp_init(&params, cfg, &tp->ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        tp->ctx = NULL;
+        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: ucp_init failed: %s (check UCX_TLS, UCX_NET_DEVICES, "
+                       "OOBX_NET_DEVICE)", ucs_status_string(st));
+        goto out_destroy;
+    }
+    ucp_worker_params_t wp = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SERIALIZED,
+    };
+    st = ucp_worker_create(tp->ctx, &wp, &tp->worker);
+    if (st != UCS_OK) {
+        tp->worker = NULL;
+        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: cannot create a worker: %s", ucs_status_string(st));
+        goto out_destroy;
+    }
+    st = ucp_worker_get_efd(tp->worker, &tp->efd);
+    if (st != UCS_OK) {
+        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: worker has no event fd: %s", ucs_status_string(st));
+        goto out_destroy;
+    }
+    st = ucp_worker_get_address(tp->worker, &tp->my_addr, &tp->my_addr_len);
+    if (st != UCS_OK) {
+        tp->my_addr = NULL;
+        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: no worker address: %s", ucs_status_string(st));
+        goto out_destroy;
+    }
+    if (sizeof(ucx_blob_hdr_t) + tp->my_addr_len > OOBX_ADDR_MAX) {
+        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE,
+                       "ucx: the worker address is %zu bytes, more than the %d an address card holds; "
+                       "narrow UCX_TLS or OOBX_NET_DEVICE",
+                       tp->my_addr_len, OOBX_ADDR_MAX - (int)sizeof(ucx_blob_hdr_t));
+        goto out_destroy;
+    }
+    OOBX_DEBUG(p->log, "ucx: worker ready, address of %zu bytes, ring %s", tp->my_addr_len,
+               ucx_ring_mode_name(mode));
+    *out = &tp->base;
+    return 0;
+
+out_destroy:
+    ucx_destroy(&tp->base);
+    return rc;
+}
+
+static int ucx_address(oobx_tp_t *base, void *blob, size_t *len)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    size_t need = sizeof(ucx_blob_hdr_t) + tp->my_addr_len;
+    if (*len < need)
+        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: address needs %zu bytes, %zu given", need, *len);
+    ucx_blob_hdr_t h = {
+        .magic = UCX_BLOB_MAGIC,
+        .version = UCX_BLOB_VERSION,
+        .hdr_bytes = sizeof(ucx_blob_hdr_t),
+        .pid = (uint32_t)getpid(),
+        .addr_len = (uint32_t)tp->my_addr_len,
+    };
+    snprintf(h.host, sizeof(h.host), "%s", tp->host);
+    memcpy(blob, &h, sizeof(h));
+    memcpy((char *)blob + sizeof(h), tp->my_addr, tp->my_addr_len);
+    *len = need;
+    return 0;
+}
+
+static int ucx_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t len)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    ucx_blob_hdr_t h;
+    if (peer < 0 || peer >= tp->nranks)
+        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: address for rank %d of %d", peer, tp->nranks);
+    if (len < sizeof(h))
+        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL, "ucx: address of rank %d is %zu bytes, too short", peer, len);
+    memcpy(&h, blob, sizeof(h));
+    if (h.magic != UCX_BLOB_MAGIC)
+        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL, "ucx: address of rank %d is not a UCX address "
+                         "(do all ranks use the same transport?)", peer);
+    if (h.version != UCX_BLOB_VERSION || h.hdr_bytes != sizeof(h))
+        return oobx_fail(tp->log, OOBX_ERR_MISMATCH, "ucx: address of rank %d has version %u, this is %u",
+                         peer, h.version, UCX_BLOB_VERSION);
+    if (h.addr_len == 0 || h.addr_len != len - sizeof(h))
+        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL, "ucx: address of rank %d: %u worker bytes in a %zu-byte card",
+                         peer, h.addr_len, len);
+    ucx_peer_t *p = &tp->peers[peer];
+    void *copy = malloc(h.addr_len);
+    if (!copy) return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
+    memcpy(copy, (const char *)blob + sizeof(h), h.addr_len);
+    free(p->addr);
+    p->addr = copy;
+    p->addr_len = h.addr_len;
+    h.host[sizeof(h.host) - 1] = '\0';
+    snprintf(p->host, sizeof(p->host), "%s", h.host);
+    p->pid = h.pid;
+    return 0;
+}
+
+static void ucx_peer_name(oobx_tp_t *base, int peer, char *buf, size_t len)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    if (peer >= 0 && peer < tp->nranks && tp->peers[peer].addr)
+        snprintf(buf, len, "rank %d (ucx %s pid %u)", peer, tp->peers[peer].host, tp->peers[peer].pid);
+    else
+        snprintf(buf, len, "rank %d (ucx)", peer);
+}
+
+/* Progresses the worker until req completes or ms pass. */
+static void ucx_wait_req(ucx_tp_t *tp, ucs_status_ptr_t req, int ms)
+{
+    if (req == NULL || UCS_PTR_IS_ERR(req)) return;
+    uint64_t deadline = oobx_deadline(ms);
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && oobx_now_ns() < deadline)
+        ucp_worker_progress(tp->worker);
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(tp->worker, req);
+    ucp_request_free(req);
+}
+
+/* Takes and drops every message still queued in UCX (so none is left unmatched). */
+static void ucx_discard_unexpected(ucx_tp_t *tp)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    for (int k = 0; k < 100000 && (msg = ucp_tag_probe_nb(tp->worker, 0, 0, 1, &info)) != NULL; k++) {
+        void *buf = malloc(info.length ? info.length : 1);
+        ucp_request_param_t prm = {.op_attr_mask = 0};
+        ucs_status_ptr_t ptr = buf ? ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm)
+                                   : ucp_tag_msg_recv_nbx(tp->worker, NULL, 0, msg, &prm);
+        ucx_wait_req(tp, ptr, 100);
+        free(buf);
+    }
+}
+
+static void ucx_destroy(oobx_tp_t *base)
+{
+    if (!base) return;
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    tp->destroying = 1;
+    if (tp->worker && tp->peers) {
+        /* give sends in flight a short bound to finish */
+        uint64_t deadline = oobx_deadline(200);
+        while (tp->rtx.q_head && oobx_now_ns() < deadline) {
+            ucp_worker_progress(tp->worker);
+            ucx_probe(tp);
+            while (tp->ndirty > 0) {
+                int peer = tp->dirty[--tp->ndirty];
+                tp->peers[peer].dirty = 0;
+                ucx_peer_drain(tp, peer);
+            }
+        }
+        for (int i = 0; i < tp->nranks; i++) {
+            ucx_peer_t *p = &tp->peers[i];
+            if (!p->failed) p->fail_status = OOBX_ERR_ABORTED;
+            p->failed = 1;
+            ucx_peer_drop(tp, i);
+        }
+        for (int i = 0; i < tp->nranks; i++) {
+            ucx_peer_t *p = &tp->peers[i];
+            if (!p->ep) continue;
+            ucp_request_param_t prm = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                .flags = p->fail_reported ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+            };
+            ucx_wait_req(tp, ucp_ep_close_nbx(p->ep, &prm), 100);
+            p->ep = NULL;
+        }
+        for (int n = 0; n < 64 && ucp_worker_progress(tp->worker); n++) {
+        }
+        ucx_discard_unexpected(tp);
+    }
+    if (tp->rtx.rkey) ucp_rkey_destroy(tp->rtx.rkey);
+    free(tp->rtx.heads);
+    free(tp->rtx.bells);
+    if (tp->rrx.memh) ucp_mem_unmap(tp->ctx, tp->rrx.memh);
+    if (tp->my_addr) ucp_worker_release_address(tp->worker, tp->my_addr);
+    if (tp->worker) ucp_worker_destroy(tp->worker);
+    if (tp->ctx) ucp_cleanup(tp->ctx);
+    /* what UCX never completed: the worker is gone, so are its requests */
+    while (tp->live) {
+        ucx_sreq_t *s = tp->live;
+        tp->live = s->live_next;
+        free(s);
+    }
+    while (tp->orphans) {
+        ucx_rrec_t *r = tp->orphans;
+        tp->orphans = r->next;
+        free(r->buf);
+        free(r);
+    }
+    if (tp->peers)
+        for (int i = 0; i < tp->nranks; i++) free(tp->peers[i].addr);
+    free(tp->peers);
+    free(tp->dirty);
+    free(tp);
+}
+
+const oobx_tp_ops_t oobx_ucx_ops = {
+    .version = OOBX_TP_VERSION,
+    .name = "ucx",
+    .create = ucx_create,
+    .address = ucx_address,
+    .set_peer = ucx_set_peer,
+    .ring = ucx_ring,
+    .send = ucx_send,
+    .progress = ucx_progress,
+    .wait_prepare = ucx_wait_prepare,
+    .peer_name = ucx_peer_name,
+    .destroy = ucx_destroy,
+};
