@@ -197,7 +197,8 @@ def init_figure(recs, init, outdir):
             ax.set_title("oobx %s, %d root%s" % (v, roots, "s" if roots > 1 else ""), fontsize=10)
             ax.grid(True, axis="y", alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        fig.suptitle("init phases (maximum over ranks) and wall time")
+        fig.suptitle("init phases, each the maximum over ranks (from different ranks: the stack "
+                     "can pass the wall time), and wall time", fontsize=10)
         fig.tight_layout()
         path = os.path.join(outdir, "init_phases.png")
         fig.savefig(path, dpi=110)

@@ -78,9 +78,9 @@ def ratio(a, b):
     return "%.2f" % (a / b)
 
 
-def lat(recs, series, kind, ranks, nbytes=0):
+def lat(recs, series, kind, ranks, nbytes=0, field="lat_us"):
     r = R.one(recs, series=series, kind=kind, ranks=ranks, bytes=nbytes)
-    return r["lat_us"] if r else None
+    return r[field] if r else None
 
 
 def table(head, rows):
@@ -90,12 +90,12 @@ def table(head, rows):
     return "\n".join(out)
 
 
-def headline(recs):
+def headline(recs, field="lat_us"):
     cols = ["oobx socket", "oobx ucx-shm", "Open MPI shm", "Open MPI tcp", "MPICH", "MPICH tcp"]
     rows = []
     for n in (2, 8, 64):
         for b in (8, KIB, MIB):
-            v = {c: lat(recs, c, "allgather", n, b) for c in cols}
+            v = {c: lat(recs, c, "allgather", n, b, field) for c in cols}
             rows.append([n, R.fmt_bytes(b)] + [us(v[c]) for c in cols] +
                         [ratio(v["oobx socket"], v["Open MPI tcp"]),
                          ratio(v["oobx socket"], v["MPICH tcp"]),
@@ -185,19 +185,26 @@ def targets(recs, init):
     add("socket, 64 ranks: all started → all through init", "%.3f s" % w if w else "–", "< 0.5 s",
         None if w is None else w < 0.5)
     a = lat(recs, "oobx socket", "allgather", 64, 64)
-    add("socket allgather 64 B/rank, 64 ranks", "%s µs" % us(a), "< 2000 µs",
-        None if a is None else a < 2000)
+    ab = lat(recs, "oobx socket", "allgather", 64, 64, "min_us")
+    add("socket allgather 64 B/rank, 64 ranks", "%s µs (best batch %s µs)" % (us(a), us(ab)),
+        "< 2000 µs", None if a is None else a < 2000)
     p = lat(recs, "oobx socket", "pingpong", 2, 8)
     t = lat(recs, "raw TCP", "pingpong", 2, 8)
+    pb = lat(recs, "oobx socket", "pingpong", 2, 8, "min_us")
+    tb = lat(recs, "raw TCP", "pingpong", 2, 8, "min_us")
     add("socket p2p 8 B round trip ÷ raw TCP ping-pong (same run)",
-        "%s µs vs %s µs = %s×" % (us(p and 2 * p), us(t and 2 * t), ratio(p, t)), "≤ 1.3×",
+        "%s µs vs %s µs = %s× (best batches: %s vs %s µs = %s×)" %
+        (us(p and 2 * p), us(t and 2 * t), ratio(p, t), us(pb and 2 * pb), us(tb and 2 * tb),
+         ratio(pb, tb)), "≤ 1.3×",
         None if p is None or t is None else p / t <= 1.3)
     for b in (8, 64):
         u = lat(recs, "oobx ucx-shm", "pingpong", 2, b)
+        ub = lat(recs, "oobx ucx-shm", "pingpong", 2, b, "min_us")
         pt = R.one(recs, series="ucx_perftest posix", kind="tag_lat", bytes=b)
         ptv = pt["lat_us"] if pt else None
-        add("UCX shm p2p %d B one-way ÷ ucx_perftest -t tag_lat" % b,
-            "%s µs vs %s µs = %s×" % (us(u), us(ptv), ratio(u, ptv)), "reference", None)
+        add("UCX shm p2p %d B one-way ÷ ucx_perftest -t tag_lat (UCX_TLS=posix,self)" % b,
+            "%s µs (best batch %s) vs %s µs = %s×" % (us(u), us(ub), us(ptv), ratio(u, ptv)),
+            "reference", None)
     ag = R.one(recs, series="oobx ucx-shm", kind="allgather", ranks=4, bytes=MIB)
     put = R.one(recs, series="ucx_perftest posix", kind="ucp_put_bw", bytes=MIB)
     add("UCX shm allgather 1 MiB/rank, 4 ranks: busbw vs ucx_perftest -t ucp_put_bw 1 MiB",
@@ -303,6 +310,9 @@ def main():
     md.append("")
     md.append("## Allgather: average latency (µs)\n")
     md.append(headline(recs))
+    md.append("")
+    md.append("The same, best batch (µs): on a shared machine, less moved by other work:\n")
+    md.append(headline(recs, "min_us"))
     md.append("")
     md.append("## Barrier (µs)\n")
     md.append(barrier_table(recs))

@@ -11,6 +11,7 @@ A record is a dict:
   bytes    int (0 when the benchmark has no size)
   lat_us   average time of one operation in microseconds (one-way for ping-pong,
            per message for a stream)
+  min_us   the same in the best batch (less sensitive to other work on the machine)
   algbw, busbw   GB/s (1e9 bytes/s) where meaningful
 Init-scaling runs are returned separately by load_init().
 """
@@ -107,6 +108,7 @@ def load(out):
                 "ranks": _num(b.get("ranks"), ranks) or ranks,
                 "kind": kind, "bytes": _num(b.get("bytes"), 0),
                 "lat_us": float(lat),
+                "min_us": float(b.get("min_us", lat) or lat),
                 "algbw": float(b.get("algbw_GBps", 0) or 0),
                 "busbw": float(b.get("busbw_GBps", 0) or 0),
                 "file": os.path.basename(path),

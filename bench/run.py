@@ -103,8 +103,6 @@ def matrix(name):
         else:
             m["peers"].append(dict(peer=p, ranks=64, sizes=SIZES_64,
                                    tests="init,allgather,barrier", **big))
-    m["peers"].append(dict(peer="openmpi-shm", ranks=256, sizes=[8], tests="init,barrier",
-                           batches=1, batch_ms=1))
 
     lat = [8, 64, KIB, 16 * KIB, 256 * KIB, MIB]
     m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=lat),
