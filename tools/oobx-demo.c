@@ -24,6 +24,8 @@
 #define DEMO_PING_ITERS 500
 #define DEMO_BARRIER_ITERS 200
 #define DEMO_WARMUP 10
+#define DEMO_AG_BUDGET (80u << 20)  /* bytes a rank gathers per size: caps the calls at large N */
+#define DEMO_AG_MAX_BUF (256u << 20) /* larger gathers are skipped */
 
 typedef struct demo {
     oobx_comm_t comm;
@@ -80,6 +82,16 @@ static void max_over_ranks(demo_t *d, double *v, int n)
     free(all);
 }
 
+/* Calls at this size: the fixed count, fewer when the gathered total is large. */
+static int allgather_iters(const demo_t *d, size_t i)
+{
+    size_t total = ag_sizes[i].bytes * (size_t)d->nranks;
+    if (total > DEMO_AG_MAX_BUF) return 0;
+    size_t cap = DEMO_AG_BUDGET / total;
+    if (cap < 2) cap = 2;
+    return (size_t)ag_sizes[i].iters < cap ? ag_sizes[i].iters : (int)cap;
+}
+
 /* Average seconds of one allgather of bytes per rank; checks the data once. */
 static double time_allgather(demo_t *d, size_t bytes, int iters)
 {
@@ -96,7 +108,8 @@ static double time_allgather(demo_t *d, size_t bytes, int iters)
             exit(1);
         }
     }
-    for (int i = 0; i < DEMO_WARMUP / 2; i++) CHECK(d, oobx_allgather(d->comm, buf, bytes));
+    int warmup = iters / 2 < DEMO_WARMUP / 2 ? iters / 2 : DEMO_WARMUP / 2;
+    for (int i = 0; i < warmup; i++) CHECK(d, oobx_allgather(d->comm, buf, bytes));
     CHECK(d, oobx_barrier(d->comm));
     double t0 = now_s();
     for (int i = 0; i < iters; i++) CHECK(d, oobx_allgather(d->comm, buf, bytes));
@@ -217,7 +230,11 @@ int main(void)
     max_over_ranks(&d, phases, 7);
 
     double ag[NSIZES];
-    for (size_t i = 0; i < NSIZES; i++) ag[i] = time_allgather(&d, ag_sizes[i].bytes, ag_sizes[i].iters);
+    int ag_iters[NSIZES];
+    for (size_t i = 0; i < NSIZES; i++) {
+        ag_iters[i] = allgather_iters(&d, i);
+        ag[i] = ag_iters[i] ? time_allgather(&d, ag_sizes[i].bytes, ag_iters[i]) : 0;
+    }
     max_over_ranks(&d, ag, (int)NSIZES);
 
     CHECK(&d, oobx_barrier(d.comm));
@@ -235,16 +252,22 @@ int main(void)
         for (const char *p = cid; p && *p; p++) nroots += *p == ',';
         printf("oobx %s demo: %d ranks, %d root%s, transport %s\n", oobx_version(), d.nranks, nroots,
                nroots == 1 ? "" : "s", oobx_comm_transport(d.comm));
-        printf("  init phases (ms, slowest rank)\n");
+        printf("  init phases (ms, slowest rank of each phase)\n");
         static const char *const names[7] = {"total",     "create", "delay", "root",
                                              "ring",      "address allgather",
                                              "total as seen by the caller"};
         for (int i = 0; i < 7; i++) printf("    %-30s %10.2f\n", names[i], phases[i] * 1e3);
         printf("  allgather (us per call, slowest rank)\n");
-        printf("    %-10s %8s %12s %14s\n", "per rank", "iters", "latency", "MB/s per rank");
-        for (size_t i = 0; i < NSIZES; i++)
-            printf("    %-10s %8d %12.1f %14.1f\n", ag_sizes[i].label, ag_sizes[i].iters, ag[i] * 1e6,
+        printf("    %-10s %8s %12s %18s\n", "per rank", "calls", "latency", "MB/s into a rank");
+        for (size_t i = 0; i < NSIZES; i++) {
+            if (!ag_iters[i]) {
+                printf("    %-10s   skipped: %zu MiB per rank\n", ag_sizes[i].label,
+                       ag_sizes[i].bytes * (size_t)d.nranks >> 20);
+                continue;
+            }
+            printf("    %-10s %8d %12.1f %18.1f\n", ag_sizes[i].label, ag_iters[i], ag[i] * 1e6,
                    (double)ag_sizes[i].bytes * (d.nranks - 1) / ag[i] / 1e6);
+        }
         if (d.nranks > 1) {
             printf("  p2p round trip, 8 B, rank 0 <-> rank 1 (us)\n");
             printf("    %-30s %10.1f\n", "oobx_send/oobx_recv", p2p * 1e6);
