@@ -59,6 +59,7 @@ typedef struct run_opts {
     double timeout_s; /* 0: no deadline */
     int prefix;
     int stagger_ms;
+    int ipv6;         /* roots on [::1] instead of 127.0.0.1 */
     char **argv;      /* program and its arguments */
 } run_opts_t;
 
@@ -285,6 +286,7 @@ static int ports_pick(run_job_t *job)
 {
     int R = job->opt.nroots;
     size_t cap = (size_t)R * 24 + 1;
+    const char *host = job->opt.ipv6 ? "[::1]" : "127.0.0.1";
     job->port_fd = calloc((size_t)R, sizeof(int));
     job->port = calloc((size_t)R, sizeof(int));
     job->comm_id = malloc(cap);
@@ -296,25 +298,37 @@ static int ports_pick(run_job_t *job)
     job->comm_id[0] = '\0';
     for (int i = 0; i < R; i++) job->port_fd[i] = -1;
     for (int i = 0; i < R; i++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int family = job->opt.ipv6 ? AF_INET6 : AF_INET;
+        int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             say("socket() for root %d: %s", i, strerror(errno));
             return -1;
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t sl = sizeof sa;
-        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
-            say("cannot find a free port on 127.0.0.1 for root %d: %s", i, strerror(errno));
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof ss);
+        socklen_t sl;
+        if (job->opt.ipv6) {
+            struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+            s6->sin6_family = AF_INET6;
+            s6->sin6_addr = in6addr_loopback;
+            sl = sizeof *s6;
+        } else {
+            struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+            s4->sin_family = AF_INET;
+            s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            sl = sizeof *s4;
+        }
+        if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+            say("cannot find a free port on %s for root %d: %s", host, i, strerror(errno));
             close(fd);
             return -1;
         }
         job->port_fd[i] = fd;
-        job->port[i] = ntohs(sa.sin_port);
-        used += (size_t)snprintf(job->comm_id + used, cap - used, "%s127.0.0.1:%d", i ? "," : "",
+        job->port[i] = ntohs(job->opt.ipv6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
+        used += (size_t)snprintf(job->comm_id + used, cap - used, "%s%s:%d", i ? "," : "", host,
                                  job->port[i]);
     }
     return 0;
@@ -667,7 +681,7 @@ static void usage(FILE *fp)
     fprintf(fp,
             "usage: oobx-run -n N [options] [--] PROGRAM [ARGS...]\n"
             "Starts N local ranks of PROGRAM with OOBX_RANK, OOBX_NRANKS and OOBX_COMM_ID set\n"
-            "(R roots on free 127.0.0.1 ports) and prints each line they write as \"[rank] line\".\n"
+            "(R roots on free loopback ports) and prints each line they write as \"[rank] line\".\n"
             "When a rank fails or the deadline passes, the others get SIGTERM, then SIGKILL\n"
             "after 2 s, and the failed ranks are named.\n"
             "\n"
@@ -677,6 +691,7 @@ static void usage(FILE *fp)
             "  -t, --transport T    sets OOBX_TRANSPORT=T (auto, socket, ucx, verbs)\n"
             "  -T, --timeout S      deadline for the whole job in seconds (default 300; 0: none)\n"
             "      --stagger-ms M   start rank i at i*M ms (default 0: all at once)\n"
+            "  -6, --ipv6           roots on [::1] instead of 127.0.0.1\n"
             "      --no-prefix      print the ranks' lines without the \"[rank] \" prefix\n"
             "      --tag-output     print the prefix (the default)\n"
             "  -h, --help           this text\n"
@@ -711,13 +726,14 @@ static int parse_opts(int argc, char **argv, run_opts_t *o)
         {"stagger-ms", required_argument, NULL, OPT_STAGGER},
         {"no-prefix", no_argument, NULL, OPT_NOPREFIX},
         {"tag-output", no_argument, NULL, OPT_TAG},
+        {"ipv6", no_argument, NULL, '6'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (run_opts_t){.nranks = 0, .nroots = 1, .timeout_s = 300, .prefix = 1};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+n:r:t:T:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+n:r:t:T:h6", longopts, NULL)) != -1) {
         switch (c) {
         case 'n':
             if (parse_int(optarg, "-n", 1, 1 << 20, &o->nranks)) return -1;
@@ -740,6 +756,9 @@ static int parse_opts(int argc, char **argv, run_opts_t *o)
         }
         case OPT_STAGGER:
             if (parse_int(optarg, "--stagger-ms", 0, 3600 * 1000, &o->stagger_ms)) return -1;
+            break;
+        case '6':
+            o->ipv6 = 1;
             break;
         case OPT_NOPREFIX:
             o->prefix = 0;

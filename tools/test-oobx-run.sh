@@ -34,6 +34,7 @@ check "one port per root, distinct" 0 '^\[0\] 127\.0\.0\.1:([0-9]+),127\.0\.0\.1
     -n 7 --roots 3 -- sh -c 'echo "$OOBX_COMM_ID"'
 ports=$(sed -n 's/^\[0\] //p' "$tmp/out" | tr ',' '\n' | sort -u | wc -l)
 if [ "$ports" -eq 3 ]; then ok "three distinct ports"; else bad "three distinct ports ($ports)"; fi
+check "--ipv6 roots on [::1]" 0 '^\[0\] \[::1\]:[0-9]+,\[::1\]:[0-9]+$' out -- -n 2 -r 2 --ipv6 -- sh -c 'echo "$OOBX_COMM_ID"'
 check "--transport sets OOBX_TRANSPORT" 0 '^\[1\] ucx$' out -- -n 2 --transport ucx -- sh -c 'echo $OOBX_TRANSPORT'
 OOBX_SOCKET_IFNAME=eth check "OOBX_SOCKET_IFNAME kept when set" 0 '^\[0\] eth$' out -- -n 1 -- sh -c 'echo $OOBX_SOCKET_IFNAME'
 check "stderr prefixed on stderr" 0 '^\[1\] to stderr$' err -- -n 2 -- sh -c 'echo to stderr >&2'
