@@ -47,7 +47,7 @@ $(BINDIR)/oobx-mpi-peer.mpich: bench/mpi_peer.c
 
 BENCH_RUN    = $(BENCH_PY) bench/run.py --build $(BUILD) --out $(BENCH_OUT)
 # $(call bench-report,what was run): the report (markdown) and the plots of $(BENCH_OUT)
-bench-report = $(BENCH_PY) bench/report.py --out $(BENCH_OUT) --command "$(1)$(if $(filter-out $(BUILD)/bench,$(BENCH_OUT)), BENCH_OUT=$(BENCH_OUT))" && \
+bench-report = $(BENCH_PY) bench/report.py --out $(BENCH_OUT) --command "$(1)$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(filter-out $(BUILD)/bench,$(BENCH_OUT)), BENCH_OUT=$(BENCH_OUT))" && \
                $(BENCH_PY) bench/plot.py --out $(BENCH_OUT)
 
 bench-deps:
@@ -65,8 +65,8 @@ bench: bench-deps
 	$(call bench-report,make bench)
 
 bench-quick: bench-deps
-	@$(MAKE) --no-print-directory bench-build
-	$(BENCH_RUN) --clean --matrix quick --parts oobx,init
+	@$(MAKE) --no-print-directory bench-build bench-peers-build
+	$(BENCH_RUN) --clean --matrix quick
 	$(call bench-report,make bench-quick)
 
 bench-peers: bench-deps

@@ -51,15 +51,18 @@ def matrix(name):
     """The launches of one matrix, as plain data."""
     m = {"oobx": [], "init": [], "peers": [], "perftest": []}
     if name == "quick":
-        sizes = [8, KIB, 64 * KIB, MIB]
+        sizes = [8, 64, KIB, 64 * KIB, MIB]
         common = {"batches": 3, "batch_ms": 10}
         for v in ("socket", "ucx-shm"):
             m["oobx"].append(dict(variant=v, ranks=2, sizes=sizes, **common))
             m["oobx"].append(dict(variant=v, ranks=8, sizes=sizes, filter=COLLECTIVES, **common))
-        m["init"] = [dict(variant="socket", ranks=r, roots=1, reps=1) for r in (2, 8, 64)]
+            m["oobx"].append(dict(variant=v, ranks=64, sizes=[8, 64, KIB],
+                                  filter="^(allgather|barrier)", **common))
+        m["init"] = [dict(variant="socket", ranks=r, roots=1, reps=1) for r in (2, 8, 64, 256, 1024)]
+        m["init"] += [dict(variant="ucx-shm", ranks=r, roots=1, reps=1) for r in (8, 64)]
         m["peers"] = [dict(peer=p, ranks=r, sizes=sizes, **common)
-                      for p in ("openmpi-shm", "openmpi-tcp", "mpich", "mpich-tcp")
-                      for r in (2, 8)]
+                      for p in ("openmpi-shm", "openmpi-tcp") for r in (2, 8)]
+        m["peers"] += [dict(peer="mpich", ranks=2, sizes=sizes, **common)]
         m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=[8, KIB]),
                          dict(test="tag_lat", tls="tcp", sizes=[8, KIB])]
         return m
