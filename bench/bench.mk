@@ -47,8 +47,8 @@ $(BINDIR)/oobx-mpi-peer.mpich: bench/mpi_peer.c
 
 BENCH_RUN    = $(BENCH_PY) bench/run.py --build $(BUILD) --out $(BENCH_OUT)
 # $(call bench-report,what was run): the report (markdown) and the plots of $(BENCH_OUT)
-bench-report = $(BENCH_PY) bench/report.py --out $(BENCH_OUT) --command "$(1)$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(filter-out $(BUILD)/bench,$(BENCH_OUT)), BENCH_OUT=$(BENCH_OUT))" && \
-               $(BENCH_PY) bench/plot.py --out $(BENCH_OUT)
+bench-report = $(BENCH_PY) bench/plot.py --out $(BENCH_OUT) && \
+               $(BENCH_PY) bench/report.py --out $(BENCH_OUT) --command "$(1)$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(filter-out $(BUILD)/bench,$(BENCH_OUT)), BENCH_OUT=$(BENCH_OUT))"
 
 bench-deps:
 	@if [ -f tools/install-deps.sh ]; then sh tools/install-deps.sh bench; fi

@@ -329,6 +329,19 @@ def main():
     md.append("## Targets\n")
     md.append(targets(recs, init))
     md.append("")
+    plots = [("allgather_latency.png", "allgather, average latency"),
+             ("allgather_busbw.png", "allgather, bus bandwidth"),
+             ("allgather_algorithms.png", "allgather algorithms (socket)"),
+             ("group_allgather_latency.png", "group allgather"),
+             ("bcast_latency.png", "broadcast"),
+             ("p2p.png", "point to point"),
+             ("barrier.png", "barrier"),
+             ("init_scaling.png", "start-up time against ranks"),
+             ("init_phases.png", "start-up phases")]
+    md.append("## Plots\n")
+    md.append("Made from the same results by `bench/plot.py`.\n")
+    md += ["![%s](plots/%s)\n" % (t, f) for f, t in plots
+           if os.path.exists(os.path.join(args.out, "plots", f))]
     md.append("## All results\n")
     md.append(full_tables(recs))
     if failures:

@@ -87,7 +87,8 @@ def matrix(name):
 
     for v, roots, ranks in (("socket", 1, (2, 8, 64, 256, 1024)),
                             ("socket", 4, (64, 256, 1024)),
-                            ("ucx-shm", 1, (2, 8, 64, 256, 1024))):
+                            ("ucx-shm", 1, (2, 8, 64, 256, 1024)),
+                            ("ucx-shm", 4, (64, 256))):
         # UCX start-up and teardown of 1024 processes on 2 cores take over a minute
         m["init"] += [dict(variant=v, ranks=r, roots=roots,
                            reps=(3 if r <= 64 else 2) if v == "socket" or r <= 64 else (2 if r <= 256 else 1))
