@@ -38,6 +38,7 @@
  * dead peers, still runs while the core sleeps.
  */
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,6 +59,8 @@
 #define UCX_CTRL_MAX 4096u         /* largest control message (SETUP) */
 #define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
 #define UCX_KEEPALIVE_DEFAULT "500ms"
+#define UCX_CLOSE_MS 500           /* bound on flushing endpoints at destroy */
+#define UCX_WATCH_MS 300           /* period of the pid check of peers on this host */
 
 #define UCX_TAG_DATA (1ull << 63)
 #define UCX_TAG_TYPE_SHIFT 59
@@ -147,6 +150,7 @@ typedef struct ucx_peer {
     char host[48];
     uint32_t pid;
     ucp_ep_h ep;
+    int watch_pid;          /* no UCX error handling on this endpoint: watch the peer's pid */
     int failed;             /* the link is gone */
     int fail_reported;      /* sink.peer_failed called */
     int fail_status;
@@ -206,6 +210,8 @@ struct ucx_tp {
     ucx_sreq_t *live;       /* unfinished sends */
     ucx_rrec_t *orphans;    /* records of dropped peers with a UCX receive still out */
     int destroying;         /* completions no longer reach the core */
+    int nwatch;             /* peers with watch_pid */
+    uint64_t next_watch_ns; /* next look at their pids */
 };
 
 enum { UCX_RING_AUTO = 0, UCX_RING_PUT = 1, UCX_RING_TAG = 2 };
@@ -255,19 +261,41 @@ static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
     ucx_peer_t *p = &tp->peers[peer];
     if (p->ep || p->failed) return p->ep;
     if (!p->addr) return NULL;
+    /* UCX 1.13's shared-memory transports have no peer failure handling, and
+     * an endpoint that asks for it is built without them (tcp only, or nothing
+     * under UCX_TLS=posix,self). So a peer on this host gets an endpoint
+     * without error handling, and its death is seen from its pid; a peer on
+     * another host gets UCX's error handling (keepalive, connection errors). */
+    int same_host = strcmp(p->host, tp->host) == 0;
     ucp_ep_params_t ep_params = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
         .address = p->addr,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = ucx_ep_err_cb, .arg = p},
+        .err_mode = same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
     };
+    if (!same_host) {
+        ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep_params.err_handler.cb = ucx_ep_err_cb;
+        ep_params.err_handler.arg = p;
+    }
     ucs_status_t st = ucp_ep_create(tp->worker, &ep_params, &p->ep);
+    if (st != UCS_OK && !same_host) {
+        OOBX_WARN(tp->log, "ucx: no transport with peer failure handling reaches rank %d (%s pid %u): %s; "
+                  "a failure of rank %d is seen only by timeouts",
+                  peer, p->host, p->pid, ucs_status_string(st), peer);
+        ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        ep_params.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        st = ucp_ep_create(tp->worker, &ep_params, &p->ep);
+    }
     if (st != UCS_OK) {
         p->ep = NULL;
-        ucx_peer_fail(tp, peer, OOBX_ERR_REMOTE, "ucx: cannot create an endpoint to rank %d (%s pid %u): %s",
+        ucx_peer_fail(tp, peer, OOBX_ERR_REMOTE, "ucx: cannot create an endpoint to rank %d (%s pid %u): %s "
+                      "(check UCX_TLS and UCX_NET_DEVICES)",
                       peer, p->host, p->pid, ucs_status_string(st));
         return NULL;
+    }
+    if (same_host) {
+        p->watch_pid = 1;
+        tp->nwatch++;
     }
     if (tp->log && tp->log->level >= OOBX_LOG_TRACE) {
         char *text = NULL;
@@ -829,6 +857,20 @@ static void ucx_peer_drop(ucx_tp_t *tp, int peer)
     }
 }
 
+/* Peers on this host: a pid that is gone is a dead peer. */
+static void ucx_watch_pids(ucx_tp_t *tp)
+{
+    uint64_t now = oobx_now_ns();
+    if (now < tp->next_watch_ns) return;
+    tp->next_watch_ns = now + (uint64_t)UCX_WATCH_MS * 1000000u;
+    for (int i = 0; i < tp->nranks; i++) {
+        ucx_peer_t *p = &tp->peers[i];
+        if (!p->watch_pid || p->failed) continue;
+        if (kill((pid_t)p->pid, 0) != 0 && errno == ESRCH)
+            ucx_peer_fail(tp, i, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) has exited", i, p->host, p->pid);
+    }
+}
+
 static void ucx_report_failures(ucx_tp_t *tp)
 {
     tp->fail_pending = 0;
@@ -884,6 +926,7 @@ static int ucx_progress(oobx_tp_t *base)
             tp->peers[peer].dirty = 0;
             ucx_peer_drain(tp, peer);
         }
+        if (tp->nwatch && round == 0) ucx_watch_pids(tp);
         if (tp->fail_pending) {
             ucx_report_failures(tp);
             any = 1;
@@ -910,7 +953,8 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
     fds[0].events = POLLIN;
     fds[0].revents = 0;
     *nfds = 1;
-    if (*timeout_ms < 0 || *timeout_ms > UCX_KEEPALIVE_MS) *timeout_ms = UCX_KEEPALIVE_MS;
+    int cap = tp->nwatch ? UCX_WATCH_MS : UCX_KEEPALIVE_MS;
+    if (*timeout_ms < 0 || *timeout_ms > cap) *timeout_ms = cap;
     return 0;
 }
 
@@ -1262,16 +1306,34 @@ static void ucx_destroy(oobx_tp_t *base)
             p->failed = 1;
             ucx_peer_drop(tp, i);
         }
+        /* close every endpoint at once (flushing what is queued), then give
+         * them a common bound */
+        void **closing = calloc((size_t)tp->nranks, sizeof(*closing));
+        int nclosing = 0;
         for (int i = 0; i < tp->nranks; i++) {
             ucx_peer_t *p = &tp->peers[i];
             if (!p->ep) continue;
             ucp_request_param_t prm = {
                 .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                .flags = p->fail_reported ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+                .flags = p->fail_reported || !closing ? UCP_EP_CLOSE_FLAG_FORCE : 0,
             };
-            ucx_wait_req(tp, ucp_ep_close_nbx(p->ep, &prm), 100);
+            ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &prm);
             p->ep = NULL;
+            if (req && !UCS_PTR_IS_ERR(req)) {
+                if (closing)
+                    closing[nclosing++] = req;
+                else
+                    ucx_wait_req(tp, req, 100);
+            }
         }
+        uint64_t close_deadline = oobx_deadline(UCX_CLOSE_MS);
+        for (int i = 0; i < nclosing; i++) {
+            while (ucp_request_check_status(closing[i]) == UCS_INPROGRESS && oobx_now_ns() < close_deadline)
+                ucp_worker_progress(tp->worker);
+            if (ucp_request_check_status(closing[i]) == UCS_INPROGRESS) ucp_request_cancel(tp->worker, closing[i]);
+            ucp_request_free(closing[i]);
+        }
+        free(closing);
         for (int n = 0; n < 64 && ucp_worker_progress(tp->worker); n++) {
         }
         ucx_discard_unexpected(tp);
