@@ -59,6 +59,7 @@
 #define UCX_CTRL_MAX 4096u         /* largest control message (SETUP) */
 #define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
 #define UCX_KEEPALIVE_DEFAULT "500ms"
+#define UCX_QUIESCE_MS 50          /* progress before closing, at destroy */
 #define UCX_CLOSE_MS 500           /* bound on flushing endpoints at destroy */
 #define UCX_WATCH_MS 300           /* period of the pid check of peers on this host */
 
@@ -256,6 +257,15 @@ static void ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
                   p->rank, p->host, p->pid, ucs_status_string(status));
 }
 
+/* Starts watching the pid of a peer on this host (see ucx_peer_ep). */
+static void ucx_peer_watch(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    if (p->watch_pid || !p->addr || strcmp(p->host, tp->host) != 0) return;
+    p->watch_pid = 1;
+    tp->nwatch++;
+}
+
 static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
@@ -293,10 +303,7 @@ static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
                       peer, p->host, p->pid, ucs_status_string(st));
         return NULL;
     }
-    if (same_host) {
-        p->watch_pid = 1;
-        tp->nwatch++;
-    }
+    if (same_host) ucx_peer_watch(tp, peer);
     if (tp->log && tp->log->level >= OOBX_LOG_TRACE) {
         char *text = NULL;
         size_t n = 0;
@@ -820,8 +827,14 @@ static void ucx_probe(ucx_tp_t *tp)
             if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->arrived = 1;
         }
         ucx_mark_dirty(tp, peer);
-        /* watch the sender for failures too */
-        if (!p->ep && !p->failed) ucx_peer_ep(tp, peer);
+        /* watch the sender for failures too: its pid on this host, else an
+         * endpoint with UCX's error handling */
+        if (!p->ep && !p->failed && !p->watch_pid) {
+            if (p->addr && strcmp(p->host, tp->host) == 0)
+                ucx_peer_watch(tp, peer);
+            else
+                ucx_peer_ep(tp, peer);
+        }
     }
 }
 
@@ -1305,6 +1318,16 @@ static void ucx_destroy(oobx_tp_t *base)
             if (!p->failed) p->fail_status = OOBX_ERR_ABORTED;
             p->failed = 1;
             ucx_peer_drop(tp, i);
+        }
+        /* let connection set-up messages that peers are waiting for go out
+         * (UCX 1.13 cannot drop a pending wireup reply at worker destroy) */
+        uint64_t quiet_deadline = oobx_deadline(UCX_QUIESCE_MS);
+        int idle = 0;
+        while (idle < 20 && oobx_now_ns() < quiet_deadline) {
+            if (ucp_worker_progress(tp->worker))
+                idle = 0;
+            else
+                idle++;
         }
         /* close every endpoint at once (flushing what is queued), then give
          * them a common bound */
