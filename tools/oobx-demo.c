@@ -51,8 +51,10 @@ static double now_s(void)
 
 static void die(const demo_t *d, const char *what, int rc)
 {
-    fprintf(stderr, "oobx-demo rank %d: %s: %s (%s)\n", d ? d->rank : -1, what, oobx_strerror(rc),
-            oobx_last_error());
+    if (d && d->rank >= 0)
+        fprintf(stderr, "oobx-demo rank %d: %s: %s (%s)\n", d->rank, what, oobx_strerror(rc), oobx_last_error());
+    else
+        fprintf(stderr, "oobx-demo: %s: %s (%s)\n", what, oobx_strerror(rc), oobx_last_error());
     exit(1);
 }
 
