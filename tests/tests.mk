@@ -26,6 +26,10 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REGRESS_BIN := $(patsubst %,$(TEST_BUILD)/fuzz/regress_%,$(FUZZ_TARGETS))
 
 $(OBJDIR)/tests/%.o: CPPFLAGS += $(TEST_CPPFLAGS)
+# objects shared by several programs are kept (not intermediate), so that
+# parallel builds never remove one that another link still needs
+FUZZ_REGRESS_OBJ := $(OBJDIR)/tests/fuzz/regress.o $(patsubst %,$(OBJDIR)/tests/fuzz/fuzz_%.o,$(FUZZ_TARGETS))
+.SECONDARY: $(FUZZ_REGRESS_OBJ) $(OBJDIR)/tests/harness.o
 
 ifeq ($(HAVE_CMOCKA),1)
 ALL_TARGETS += $(TEST_UNIT_BIN) $(TEST_SUITE_BIN)
