@@ -33,7 +33,7 @@ if [ -z "$transports" ]; then
     exit 1
 fi
 
-echo "oobx demo: $nranks ranks on $(uname -n) ($(nproc) cores); transports: $(echo "$transports" | tr '\n' ' ')"
+echo "oobx demo: $nranks ranks on $(uname -n) ($(nproc) cores); transports: $(echo "$transports" | paste -sd' ')"
 status=0
 for t in $transports; do
     echo
