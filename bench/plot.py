@@ -31,6 +31,8 @@ STYLE = {
     "MPICH tcp": dict(color="tab:pink", marker="D", ls="-."),
     "ucx_perftest posix": dict(color="tab:gray", marker="*", ls="--"),
     "ucx_perftest tcp": dict(color="tab:olive", marker="P", ls="--"),
+    "ucx_perftest posix put_bw": dict(color="tab:cyan", marker="h", ls="--"),
+    "ucx_perftest tcp put_bw": dict(color="tab:cyan", marker="H", ls=":"),
 }
 
 bytes_fmt = FuncFormatter(lambda x, _: R.fmt_bytes(int(x)) if x >= 1 else "")
