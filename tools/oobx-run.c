@@ -373,7 +373,9 @@ static void child_exec(run_job_t *job, int rank, int out_w, int err_w)
     sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
 
     if (dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0) _exit(127);
-    if (rank != 0 && job->devnull >= 0) dup2(job->devnull, STDIN_FILENO);
+    /* Rank 0 reads oobx-run's input, unless that is a terminal: in its own
+     * process group it would be stopped (SIGTTIN) on the first read. */
+    if ((rank != 0 || isatty(STDIN_FILENO)) && job->devnull >= 0) dup2(job->devnull, STDIN_FILENO);
 
     snprintf(num, sizeof num, "%d", rank);
     if (setenv("OOBX_RANK", num, 1) != 0) child_fail(rank, "setenv", errno);
