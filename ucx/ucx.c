@@ -184,6 +184,8 @@ typedef struct ucx_ring_tx {
     unsigned char (*heads)[RINGBUF_HEAD_MAX];
     ucx_doorbell_t *bells;
     ucx_sreq_t *q_head, *q_tail;
+    unsigned char *setup;   /* the peer's SETUP, until the first send to it */
+    size_t setup_len;
 } ucx_ring_tx_t;
 
 struct ucx_tp {
@@ -495,6 +497,8 @@ static void ucx_ring_push(ucx_tp_t *tp)
     }
 }
 
+static void ucx_ring_activate(ucx_tp_t *tp);
+
 static int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
                     oobx_tp_req_t *req)
 {
@@ -515,6 +519,7 @@ static int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const 
     s->payload = payload;
     req->done = 0;
     req->status = 0;
+    if (tp->rtx.setup && tp->rtx.peer == peer) ucx_ring_activate(tp);
     if (tp->rtx.active && tp->rtx.peer == peer) {
         if (tp->rtx.q_tail)
             tp->rtx.q_tail->next = s;
@@ -574,12 +579,17 @@ static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t 
                            const char **why);
 
 /* SETUP from next: its ring for the link me -> next. */
+/* SETUP from next: its ring for the link me -> next. It is only checked and
+ * kept here; the key is unpacked at the first send to next, when next is
+ * surely still in the communicator (a short-lived communicator may be gone at
+ * the peer before its SETUP is read, and UCX 1.13 crashes unpacking the key of
+ * a shared-memory segment that no longer exists). */
 static void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len)
 {
     ucx_ring_tx_t *r = &tp->rtx;
     ucx_setup_t su;
     char why[200];
-    if (peer != r->peer || r->rkey || len < sizeof(su)) {
+    if (peer != r->peer || r->setup || r->active || len < sizeof(su)) {
         ucx_protocol_error(tp, peer, "unexpected ring setup");
         return;
     }
@@ -592,21 +602,36 @@ static void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len
         ucx_protocol_error(tp, peer, why);
         return;
     }
+    r->setup = malloc(len);
+    if (!r->setup) return; /* the ring is an optimisation: tag messages go on */
+    memcpy(r->setup, buf, len);
+    r->setup_len = len;
+}
+
+/* Before the first send to next: unpacks its ring key and picks the path. */
+static void ucx_ring_activate(ucx_tp_t *tp)
+{
+    ucx_ring_tx_t *r = &tp->rtx;
+    int peer = r->peer;
+    ucx_setup_t su;
+    unsigned char *buf = r->setup;
+    r->setup = NULL;
+    memcpy(&su, buf, sizeof(su));
     ucp_ep_h ep = ucx_peer_ep(tp, peer);
-    if (!ep) return;
-    ucs_status_t st = ucp_ep_rkey_unpack(ep, (const char *)buf + sizeof(su), &r->rkey);
+    if (!ep) goto out;
+    ucs_status_t st = ucp_ep_rkey_unpack(ep, buf + sizeof(su), &r->rkey);
     if (st != UCS_OK) {
         r->rkey = NULL;
         OOBX_WARN(tp->log, "ucx: cannot unpack the ring key of rank %d (%s); ring sends use tag messages",
                   peer, ucs_status_string(st));
-        return;
+        goto out;
     }
     r->raddr = su.raddr;
     const char *reason = "";
     if (!ucx_ring_choose(tp, ep, r->rkey, r->raddr, &r->rptr, &reason)) {
         OOBX_INFO(tp->log, "ucx: ring link to rank %d uses tag messages (OOBX_UCX_RING=%s: %s)", peer,
                   ucx_ring_mode_name(tp->ring_mode), reason);
-        return;
+        goto out;
     }
     r->heads = calloc(su.slots, sizeof(*r->heads));
     r->bells = calloc(su.slots, sizeof(*r->bells));
@@ -615,12 +640,14 @@ static void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len
         free(r->bells);
         r->heads = NULL;
         r->bells = NULL;
-        return;
+        goto out;
     }
     ringbuf_tx_init(&r->rb, su.slots, su.slot_bytes);
     r->active = 1;
     OOBX_INFO(tp->log, "ucx: ring link to rank %d writes into its registered ring (%u slots of %u bytes, %s: %s)",
               peer, su.slots, su.slot_bytes, r->rptr ? "mapped" : "ucp_put_nbx", reason);
+out:
+    free(buf);
 }
 
 /* Handles the head-of-line work of record r (its message has arrived). */
@@ -1362,6 +1389,7 @@ static void ucx_destroy(oobx_tp_t *base)
         ucx_discard_unexpected(tp);
     }
     if (tp->rtx.rkey) ucp_rkey_destroy(tp->rtx.rkey);
+    free(tp->rtx.setup);
     free(tp->rtx.heads);
     free(tp->rtx.bells);
     if (tp->rrx.memh) ucp_mem_unmap(tp->ctx, tp->rrx.memh);
