@@ -9,7 +9,16 @@ $(UCX_SO): $(UCX_OBJ) $(LIBOOBX_SO)
 ALL_TARGETS += $(UCX_SO)
 check-ucx:
 	@OOBX_TEST_UCX=1 bash tests/run-tests.sh $(BUILD) check
-.PHONY: check-ucx
+# the transport's own test under each UCX transport selection (loopback only)
+UCX_UNIT_TLS := tcp posix,self sysv,self cma,tcp,self default
+check-ucx-unit: $(BUILD)/tests/unit/test_ucx_tp $(BUILD)/tests/unit/test_ringbuf
+	@$(BUILD)/tests/unit/test_ringbuf
+	@set -e; for tls in $(UCX_UNIT_TLS); do \
+	    echo "==== test_ucx_tp UCX_TLS=$$tls"; \
+	    if [ $$tls = default ]; then unset UCX_TLS; else export UCX_TLS=$$tls; fi; \
+	    UCX_NET_DEVICES=lo timeout -k 5 300 $(BUILD)/tests/unit/test_ucx_tp; \
+	done
+.PHONY: check-ucx check-ucx-unit
 else
 $(info oobx: UCX not found (pkg-config ucx) or ucx/ empty; the UCX transport is not built)
 endif
