@@ -67,9 +67,11 @@ int harness_block_first(int i, int nranks, int nroots)
     return i * (nranks / nroots) + (i < nranks % nroots ? i : nranks % nroots);
 }
 
-int harness_free_port(void)
+/* Binds a socket to a free loopback port and keeps it: *fd. */
+static int bind_free_port(int *fd_out)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    *fd_out = -1;
     if (fd < 0) return -1;
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
@@ -80,7 +82,17 @@ int harness_free_port(void)
     if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
         getsockname(fd, (struct sockaddr *)&a, &len) == 0)
         port = ntohs(a.sin_port);
-    close(fd);
+    if (port < 0)
+        close(fd);
+    else
+        *fd_out = fd;
+    return port;
+}
+
+int harness_free_port(void)
+{
+    int fd, port = bind_free_port(&fd);
+    if (fd >= 0) close(fd);
     return port;
 }
 
@@ -293,17 +305,23 @@ int harness_job_start(harness_job_t *job, const harness_job_opts_t *o)
     if (o->from_env && o->comm_id) {
         snprintf(job->comm_id, sizeof job->comm_id, "%s", o->comm_id);
     } else if (o->from_env) {
+        /* every port stays bound until all are chosen, so no two roots get the same one */
         size_t off = 0;
-        for (int i = 0; i < job->nroots; i++) {
-            int port = harness_free_port();
+        int held[64], nheld = 0, bad = 0;
+        for (int i = 0; i < job->nroots && i < 64; i++) {
+            int fd, port = bind_free_port(&fd);
             if (port < 0) {
                 snprintf(job->msg, sizeof job->msg, "%s: no free loopback port: %s", job->o.name,
                          strerror(errno));
-                return -1;
+                bad = 1;
+                break;
             }
+            held[nheld++] = fd;
             off += (size_t)snprintf(job->comm_id + off, sizeof job->comm_id - off, "%s127.0.0.1:%d",
                                     i ? "," : "", port);
         }
+        for (int i = 0; i < nheld; i++) close(held[i]);
+        if (bad) return -1;
     } else {
         for (int i = 0; i < job->nroots; i++) {
             int rc = oobx_get_unique_id(&job->ids[i]);
