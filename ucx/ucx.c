@@ -41,6 +41,7 @@
 #include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,8 @@
 #define UCX_BLOB_MAGIC 0x5543584fu /* "OXCU" */
 #define UCX_BLOB_VERSION 1
 #define UCX_EAGER_MAX 8192u        /* payload bytes sent in one message */
-#define UCX_CTRL_MAX 4096u         /* largest control message (SETUP) */
+#define UCX_CTRL_MAX 4096u
+#define UCX_INLINE_MAX 256u        /* header + payload copied into the send record */         /* largest control message (SETUP) */
 #define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
 #define UCX_KEEPALIVE_DEFAULT "500ms"
 #define UCX_QUIESCE_MS 50          /* progress before closing, at destroy */
@@ -123,8 +125,9 @@ typedef struct ucx_sreq {
     ucp_dt_iov_t iov[2];
     int pending;                /* UCX operations not yet complete */
     int issued;                 /* every operation has been started */
+    int poolable;               /* plain size: may go back to the pool */
     int status;
-    unsigned char ctrl[64];     /* payload of a control message */
+    unsigned char ctrl[UCX_INLINE_MAX]; /* control message, or header + small payload */
 } ucx_sreq_t;
 
 /* An incoming message, in its sender's arrival order. */
@@ -144,6 +147,7 @@ typedef struct ucx_rrec {
     int has_msg;            /* msg_end is owed */
     int status;
     void *cookie;
+    unsigned char small[UCX_INLINE_MAX]; /* buf of a small message */
 } ucx_rrec_t;
 
 typedef struct ucx_peer {
@@ -216,6 +220,9 @@ struct ucx_tp {
     ucx_sreq_t *live;       /* unfinished sends */
     ucx_rrec_t *orphans;    /* records of dropped peers with a UCX receive still out */
     int destroying;         /* completions no longer reach the core */
+    ucx_sreq_t *sreq_pool;  /* free send records */
+    ucx_rrec_t *rrec_pool;  /* free receive records */
+    int nsreq_pool, nrrec_pool;
     int nwatch;             /* peers with watch_pid */
     uint64_t next_watch_ns; /* next look at their pids */
 };
@@ -337,10 +344,21 @@ static int ucx_status(ucs_status_t st)
     }
 }
 
+#define UCX_POOL_MAX 64
+
 static ucx_sreq_t *ucx_sreq_new(ucx_tp_t *tp, size_t extra)
 {
-    ucx_sreq_t *s = calloc(1, sizeof(*s) + extra);
-    if (!s) return NULL;
+    ucx_sreq_t *s;
+    if (extra == 0 && tp->sreq_pool) {
+        s = tp->sreq_pool;
+        tp->sreq_pool = s->next;
+        tp->nsreq_pool--;
+        memset(s, 0, offsetof(ucx_sreq_t, ctrl));
+    } else {
+        s = calloc(1, sizeof(*s) + extra);
+        if (!s) return NULL;
+    }
+    s->poolable = extra == 0;
     s->tp = tp;
     s->live_next = tp->live;
     if (tp->live) tp->live->live_prev = s;
@@ -359,6 +377,12 @@ static void ucx_sreq_finish(ucx_sreq_t *s)
     if (s->req && !tp->destroying) {
         s->req->status = s->status;
         s->req->done = 1;
+    }
+    if (s->poolable && tp->nsreq_pool < UCX_POOL_MAX && !tp->destroying) {
+        s->next = tp->sreq_pool;
+        tp->sreq_pool = s;
+        tp->nsreq_pool++;
+        return;
     }
     free(s);
 }
@@ -433,7 +457,13 @@ static int ucx_send_tag(ucx_tp_t *tp, int peer, ucp_ep_h ep, ucx_sreq_t *s)
     ucx_peer_t *p = &tp->peers[peer];
     uint32_t seq = p->tx_seq++;
     ucp_request_param_t prm = ucx_send_param(s);
-    if (s->hdr.len <= UCX_EAGER_MAX) {
+    if (sizeof(s->hdr) + s->hdr.len <= sizeof(s->ctrl)) {
+        /* small: one contiguous buffer, UCX's short-message path */
+        memcpy(s->ctrl, &s->hdr, sizeof(s->hdr));
+        if (s->hdr.len) memcpy(s->ctrl + sizeof(s->hdr), s->payload, s->hdr.len);
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, s->ctrl, sizeof(s->hdr) + s->hdr.len,
+                                           ucx_tag(UCX_T_EAGER, tp->rank, seq), &prm));
+    } else if (s->hdr.len <= UCX_EAGER_MAX) {
         s->iov[0].buffer = &s->hdr;
         s->iov[0].length = sizeof(s->hdr);
         s->iov[1].buffer = (void *)s->payload;
@@ -523,7 +553,9 @@ static int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const 
     s->payload = payload;
     req->done = 0;
     req->status = 0;
-    if (tp->rtx.active && tp->rtx.peer == peer) {
+    /* the ring is for bandwidth: a small message goes as one tag message
+     * (a doorbell costs as much), unless ring messages wait before it */
+    if (tp->rtx.active && tp->rtx.peer == peer && (hdr->len > UCX_EAGER_MAX || tp->rtx.q_head)) {
         if (tp->rtx.q_tail)
             tp->rtx.q_tail->next = s;
         else
@@ -561,10 +593,32 @@ static void ucx_data_cb(void *request, ucs_status_t status, const ucp_tag_recv_i
 
 static void ucx_rrec_free(ucx_rrec_t *r)
 {
+    ucx_tp_t *tp = r->tp;
     if (r->ureq) ucp_request_free(r->ureq);
     if (r->data_ureq) ucp_request_free(r->data_ureq);
-    free(r->buf);
+    if (r->buf != r->small) free(r->buf);
+    if (tp->nrrec_pool < UCX_POOL_MAX && !tp->destroying) {
+        r->next = tp->rrec_pool;
+        tp->rrec_pool = r;
+        tp->nrrec_pool++;
+        return;
+    }
     free(r);
+}
+
+static ucx_rrec_t *ucx_rrec_new(ucx_tp_t *tp)
+{
+    ucx_rrec_t *r = tp->rrec_pool;
+    if (r) {
+        tp->rrec_pool = r->next;
+        tp->nrrec_pool--;
+        memset(r, 0, offsetof(ucx_rrec_t, small));
+    } else {
+        r = calloc(1, sizeof(*r));
+        if (!r) return NULL;
+    }
+    r->tp = tp;
+    return r;
 }
 
 /* A message that breaks the protocol: the peer is dropped. */
@@ -811,16 +865,14 @@ static void ucx_probe(ucx_tp_t *tp)
         int peer = ucx_tag_rank(info.sender_tag);
         size_t max = ucx_type_max(type);
         int bad = peer >= tp->nranks || peer == tp->rank || max == 0 || info.length > max;
-        ucx_rrec_t *r = calloc(1, sizeof(*r));
-        void *buf = malloc(info.length ? info.length : 1);
+        ucx_rrec_t *r = ucx_rrec_new(tp);
+        void *buf = !r ? NULL : info.length <= sizeof(r->small) ? r->small : malloc(info.length);
         if (!r || !buf) {
             free(r);
-            free(buf);
             tp->fatal = oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes",
                                   info.length);
             return;
         }
-        r->tp = tp;
         r->peer = bad ? -1 : peer;
         r->type = type;
         r->tag = info.sender_tag;
@@ -842,7 +894,7 @@ static void ucx_probe(ucx_tp_t *tp)
                 while (ucp_request_check_status(ptr) == UCS_INPROGRESS) ucp_worker_progress(tp->worker);
                 ucp_request_free(ptr);
             }
-            free(buf);
+            if (buf != r->small) free(buf);
             free(r);
             continue;
         }
@@ -964,24 +1016,19 @@ static int ucx_progress(oobx_tp_t *base)
     ucx_tp_t *tp = (ucx_tp_t *)base;
     if (tp->fatal) return tp->fatal;
     if (tp->orphans) ucx_orphans_sweep(tp);
-    for (int round = 0; round < 4; round++) {
-        for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
-        }
-        ucx_probe(tp);
-        if (tp->fatal) return tp->fatal;
-        int any = tp->ndirty > 0;
-        while (tp->ndirty > 0) {
-            int peer = tp->dirty[--tp->ndirty];
-            tp->peers[peer].dirty = 0;
-            ucx_peer_drain(tp, peer);
-        }
-        if (tp->nwatch && round == 0) ucx_watch_pids(tp);
-        if (tp->fail_pending) {
-            ucx_report_failures(tp);
-            any = 1;
-        }
-        if (!any) break;
+    /* one pass: wait_prepare() finds anything that came in meanwhile (arm
+     * says busy) and the core calls progress() again */
+    for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
     }
+    ucx_probe(tp);
+    if (tp->fatal) return tp->fatal;
+    while (tp->ndirty > 0) {
+        int peer = tp->dirty[--tp->ndirty];
+        tp->peers[peer].dirty = 0;
+        ucx_peer_drain(tp, peer);
+    }
+    if (tp->nwatch) ucx_watch_pids(tp);
+    if (tp->fail_pending) ucx_report_failures(tp);
     return 0;
 }
 
@@ -1564,7 +1611,17 @@ static void ucx_destroy(oobx_tp_t *base)
     while (tp->orphans) {
         ucx_rrec_t *r = tp->orphans;
         tp->orphans = r->next;
-        free(r->buf);
+        if (r->buf != r->small) free(r->buf);
+        free(r);
+    }
+    while (tp->sreq_pool) {
+        ucx_sreq_t *s = tp->sreq_pool;
+        tp->sreq_pool = s->next;
+        free(s);
+    }
+    while (tp->rrec_pool) {
+        ucx_rrec_t *r = tp->rrec_pool;
+        tp->rrec_pool = r->next;
         free(r);
     }
     if (tp->peers)
