@@ -1070,13 +1070,8 @@ static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t 
         *why = "tag messages requested";
         return 0;
     }
-    if (mapped) {
-        *rptr = ptr;
-        *why = "the ring is in shared memory";
-        return 1;
-    }
-    /* look at the endpoint's RMA lanes */
-    int native = 0;
+    /* the endpoint's RMA lanes, from UCX's own description of it */
+    int native = 0, single_copy = 0, emulated = 0;
     char *text = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&text, &n);
@@ -1086,17 +1081,36 @@ static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t 
         char *save = NULL;
         for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
             if (!strstr(line, "lane[") || !strstr(line, "rma_bw")) continue;
-            if (strstr(line, "tcp") || strstr(line, "sw")) continue;
-            native = 1;
+            if (strstr(line, "tcp") || strstr(line, "sw"))
+                emulated = 1;
+            else if (strstr(line, "cma") || strstr(line, "knem") || strstr(line, "xpmem"))
+                single_copy = 1;
+            else
+                native = 1;
         }
         free(text);
     }
+    if (mapped) *rptr = ptr;
     if (tp->ring_mode == UCX_RING_PUT) {
-        *why = native ? "put requested, native RMA" : "put requested, RMA emulated by UCX";
+        *why = mapped ? "put requested, the ring is in shared memory"
+             : native || single_copy ? "put requested, native RMA" : "put requested, RMA emulated by UCX";
         return 1;
     }
-    *why = native ? "native RMA" : "RMA is emulated by UCX on this transport, tag messages are faster";
-    return native;
+    if (single_copy) {
+        *why = "UCX's rendezvous copies once (cma/knem/xpmem), the ring twice";
+        *rptr = NULL;
+        return 0;
+    }
+    if (mapped) {
+        *why = "the ring is in shared memory and UCX has no single-copy rendezvous here";
+        return 1;
+    }
+    if (native) {
+        *why = "native RMA";
+        return 1;
+    }
+    *why = emulated ? "RMA is emulated by UCX on this transport, tag messages are faster" : "no RMA lane";
+    return 0;
 }
 
 static int ucx_ring(oobx_tp_t *base, int prev, int next)
