@@ -1339,6 +1339,22 @@ static int ucx_parse_ring_mode(const char *s)
     return -1;
 }
 
+/* "Cannot run here" is not an error under OOBX_TRANSPORT=auto (the core
+ * falls back to sockets and says why): recorded, logged at info level. */
+static int ucx_unavailable(const oobx_log_t *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int ucx_unavailable(const oobx_log_t *log, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    oobx_set_last_error("%s", msg);
+    OOBX_INFO(log, "%s", msg);
+    return OOBX_ERR_UNAVAILABLE;
+}
+
 static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
 {
     const oobx_settings_t *set = p->settings;
@@ -1379,7 +1395,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     ucp_config_t *cfg = NULL;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
-        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: cannot read the UCX configuration: %s",
+        rc = ucx_unavailable(p->log, "ucx: cannot read the UCX configuration: %s",
                        ucs_status_string(st));
         goto out_destroy;
     }
@@ -1415,7 +1431,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     ucp_config_release(cfg);
     if (st != UCS_OK) {
         tp->ctx = NULL;
-        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: ucp_init failed: %s (check UCX_TLS, UCX_NET_DEVICES, "
+        rc = ucx_unavailable(p->log, "ucx: ucp_init failed: %s (check UCX_TLS, UCX_NET_DEVICES, "
                        "OOBX_NET_DEVICE)", ucs_status_string(st));
         goto out_destroy;
     }
@@ -1426,22 +1442,22 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     st = ucp_worker_create(tp->ctx, &wp, &tp->worker);
     if (st != UCS_OK) {
         tp->worker = NULL;
-        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: cannot create a worker: %s", ucs_status_string(st));
+        rc = ucx_unavailable(p->log, "ucx: cannot create a worker: %s", ucs_status_string(st));
         goto out_destroy;
     }
     st = ucp_worker_get_efd(tp->worker, &tp->efd);
     if (st != UCS_OK) {
-        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: worker has no event fd: %s", ucs_status_string(st));
+        rc = ucx_unavailable(p->log, "ucx: worker has no event fd: %s", ucs_status_string(st));
         goto out_destroy;
     }
     st = ucp_worker_get_address(tp->worker, &tp->my_addr, &tp->my_addr_len);
     if (st != UCS_OK) {
         tp->my_addr = NULL;
-        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE, "ucx: no worker address: %s", ucs_status_string(st));
+        rc = ucx_unavailable(p->log, "ucx: no worker address: %s", ucs_status_string(st));
         goto out_destroy;
     }
     if (sizeof(ucx_blob_hdr_t) + tp->my_addr_len > OOBX_ADDR_MAX) {
-        rc = oobx_fail(p->log, OOBX_ERR_UNAVAILABLE,
+        rc = ucx_unavailable(p->log,
                        "ucx: the worker address is %zu bytes, more than the %d an address card holds; "
                        "narrow UCX_TLS or OOBX_NET_DEVICE",
                        tp->my_addr_len, OOBX_ADDR_MAX - (int)sizeof(ucx_blob_hdr_t));
