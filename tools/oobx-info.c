@@ -43,6 +43,7 @@ static void usage(FILE *fp)
 /* ---- transports ----------------------------------------------------------- */
 
 typedef struct tp_state {
+    const oobx_tp_ops_t *ops;
     int built;         /* the module loads (or is built in) */
     int usable;        /* a one-rank instance could be created */
     char why[512];
@@ -53,9 +54,33 @@ static void tp_check(const char *name, const oobx_settings_t *s, tp_state_t *st)
     const oobx_tp_ops_t *ops = NULL;
     memset(st, 0, sizeof *st);
     if (oobx_tp_lookup(name, &ops, st->why, sizeof st->why) != OOBX_SUCCESS) return;
+    st->ops = ops;
     st->built = 1;
     st->why[0] = '\0';
     if (oobx_tp_probe(name, s, st->why, sizeof st->why) == OOBX_SUCCESS) st->usable = 1;
+}
+
+/* A transport module may export oobx_<name>_describe(FILE *, const oobx_settings_t *):
+ * its library version, devices and choices. Found in the module already loaded. */
+typedef int (*tp_describe_fn)(FILE *out, const oobx_settings_t *s);
+
+static void print_module_details(const char *name, const tp_state_t *st, const oobx_settings_t *s)
+{
+    Dl_info dl;
+    char sym[64];
+    if (!st->ops || !dladdr((const void *)st->ops, &dl) || !dl.dli_fname) return;
+    void *h = dlopen(dl.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return;
+    snprintf(sym, sizeof sym, "oobx_%s_describe", name);
+    tp_describe_fn describe;
+    *(void **)&describe = dlsym(h, sym);
+    if (describe) {
+        printf("%s (%s):\n", name, dl.dli_fname);
+        fflush(stdout);
+        describe(stdout, s);
+        fflush(stdout);
+    }
+    dlclose(h);
 }
 
 static void print_transports(const oobx_settings_t *s)
@@ -80,6 +105,8 @@ static void print_transports(const oobx_settings_t *s)
         printf("  OOBX_TRANSPORT=%s%s\n", s->transport,
                i < NTRANSPORTS && !st[i].usable ? ": not usable here, jobs will fail to start" : "");
     }
+    for (size_t i = 1; i < NTRANSPORTS; i++)
+        if (st[i].built) print_module_details(transports[i], &st[i], s);
 }
 
 static int print_usable(const oobx_settings_t *s)
