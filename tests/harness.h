@@ -48,6 +48,7 @@ typedef struct harness_job_opts {
     int keep_going;         /* do not kill the job when a rank fails (fault tests) */
     const char *const *env; /* NULL-terminated "NAME=value" list set in every rank */
     const char *comm_id;    /* from_env jobs: this OOBX_COMM_ID instead of free ports */
+    int skip_is_failure;    /* harness_run_test: the transport was usable before, so a skip fails */
     harness_fn fn;
     void *arg;
 } harness_job_opts_t;
