@@ -227,6 +227,8 @@ struct ucx_tp {
     uint64_t next_watch_ns; /* next look at their pids */
 };
 
+enum { UCX_LANE_NATIVE = 1, UCX_LANE_SINGLE_COPY = 2, UCX_LANE_EMULATED = 4 };
+
 enum { UCX_RING_AUTO = 0, UCX_RING_PUT = 1, UCX_RING_TAG = 2 };
 
 static const char *ucx_ring_mode_name(int m)
@@ -267,6 +269,22 @@ static void ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     ucx_peer_t *p = arg;
     ucx_peer_fail(p->tp, p->rank, OOBX_ERR_REMOTE, "ucx: link to rank %d (%s pid %u) failed: %s",
                   p->rank, p->host, p->pid, ucs_status_string(status));
+}
+
+/* 0 when the process is gone or a zombie (its memory and files are gone). */
+static int ucx_pid_alive(uint32_t pid)
+{
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : 1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *e = strrchr(buf, ')');
+    if (e && e[1] == ' ' && (e[2] == 'Z' || e[2] == 'X')) return 0;
+    return 1;
 }
 
 /* Starts watching the pid of a peer on this host (see ucx_peer_ep). */
@@ -531,6 +549,7 @@ static void ucx_ring_push(ucx_tp_t *tp)
 }
 
 static void ucx_ring_activate(ucx_tp_t *tp);
+static int ucx_ep_rma_lanes(ucp_ep_h ep);
 
 static int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
                     oobx_tp_req_t *req)
@@ -676,12 +695,18 @@ static void ucx_ring_activate(ucx_tp_t *tp)
     memcpy(&su, buf, sizeof(su));
     ucx_peer_t *p = &tp->peers[peer];
     /* a dead peer's shared-memory key cannot be unpacked (UCX 1.13 crashes) */
-    if (strcmp(p->host, tp->host) == 0 && kill((pid_t)p->pid, 0) != 0 && errno == ESRCH) {
+    if (strcmp(p->host, tp->host) == 0 && !ucx_pid_alive(p->pid)) {
         ucx_peer_fail(tp, peer, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) has exited", peer, p->host, p->pid);
         goto out;
     }
     ucp_ep_h ep = ucx_peer_ep(tp, peer);
     if (!ep) goto out;
+    /* where UCX's rendezvous copies once, the key is not even unpacked */
+    if (tp->ring_mode == UCX_RING_AUTO && (ucx_ep_rma_lanes(ep) & UCX_LANE_SINGLE_COPY)) {
+        OOBX_INFO(tp->log, "ucx: ring link to rank %d uses tag messages (OOBX_UCX_RING=auto: UCX's "
+                  "rendezvous copies once (cma/knem/xpmem), the ring twice)", peer);
+        goto out;
+    }
     ucs_status_t st = ucp_ep_rkey_unpack(ep, buf + sizeof(su), &r->rkey);
     if (st != UCS_OK) {
         r->rkey = NULL;
@@ -967,7 +992,7 @@ static void ucx_watch_pids(ucx_tp_t *tp)
     for (int i = 0; i < tp->nranks; i++) {
         ucx_peer_t *p = &tp->peers[i];
         if (!p->watch_pid || p->failed) continue;
-        if (kill((pid_t)p->pid, 0) != 0 && errno == ESRCH)
+        if (!ucx_pid_alive(p->pid))
             ucx_peer_fail(tp, i, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) has exited", i, p->host, p->pid);
     }
 }
@@ -1060,6 +1085,31 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
  * ring is mapped into this process (shared memory: posix, sysv, xpmem) or
  * UCX's RMA lane for the endpoint is a real one-sided transport; over tcp UCX
  * 1.13 emulates put in software, slower than its tag messages. */
+/* The kinds of the endpoint's RMA lanes, from UCX's own description of it
+ * (UCX 1.13 has no query for them). */
+static int ucx_ep_rma_lanes(ucp_ep_h ep)
+{
+    int kinds = 0;
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return 0;
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(line, "lane[") || !strstr(line, "rma_bw")) continue;
+        if (strstr(line, "tcp") || strstr(line, "sw"))
+            kinds |= UCX_LANE_EMULATED;
+        else if (strstr(line, "cma") || strstr(line, "knem") || strstr(line, "xpmem"))
+            kinds |= UCX_LANE_SINGLE_COPY;
+        else
+            kinds |= UCX_LANE_NATIVE;
+    }
+    free(text);
+    return kinds;
+}
+
 static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t raddr, void **rptr,
                            const char **why)
 {
@@ -1070,33 +1120,15 @@ static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t 
         *why = "tag messages requested";
         return 0;
     }
-    /* the endpoint's RMA lanes, from UCX's own description of it */
-    int native = 0, single_copy = 0, emulated = 0;
-    char *text = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&text, &n);
-    if (f) {
-        ucp_ep_print_info(ep, f);
-        fclose(f);
-        char *save = NULL;
-        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-            if (!strstr(line, "lane[") || !strstr(line, "rma_bw")) continue;
-            if (strstr(line, "tcp") || strstr(line, "sw"))
-                emulated = 1;
-            else if (strstr(line, "cma") || strstr(line, "knem") || strstr(line, "xpmem"))
-                single_copy = 1;
-            else
-                native = 1;
-        }
-        free(text);
-    }
+    int lanes = ucx_ep_rma_lanes(ep);
     if (mapped) *rptr = ptr;
     if (tp->ring_mode == UCX_RING_PUT) {
         *why = mapped ? "put requested, the ring is in shared memory"
-             : native || single_copy ? "put requested, native RMA" : "put requested, RMA emulated by UCX";
+             : lanes & (UCX_LANE_NATIVE | UCX_LANE_SINGLE_COPY) ? "put requested, native RMA"
+                                                                : "put requested, RMA emulated by UCX";
         return 1;
     }
-    if (single_copy) {
+    if (lanes & UCX_LANE_SINGLE_COPY) {
         *why = "UCX's rendezvous copies once (cma/knem/xpmem), the ring twice";
         *rptr = NULL;
         return 0;
@@ -1105,11 +1137,12 @@ static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t 
         *why = "the ring is in shared memory and UCX has no single-copy rendezvous here";
         return 1;
     }
-    if (native) {
+    if (lanes & UCX_LANE_NATIVE) {
         *why = "native RMA";
         return 1;
     }
-    *why = emulated ? "RMA is emulated by UCX on this transport, tag messages are faster" : "no RMA lane";
+    *why = lanes & UCX_LANE_EMULATED ? "RMA is emulated by UCX on this transport, tag messages are faster"
+                                     : "no RMA lane";
     return 0;
 }
 
