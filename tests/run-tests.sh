@@ -134,6 +134,9 @@ else
 fi
 if [ -x "$fault" ]; then
     suite fault-socket "$fault_deadline" OOBX_TRANSPORT=socket -- "$fault"
+    if [ -e "$build/lib/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-0}" = 1 ]; then
+        suite fault-ucx-tcp "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp -- "$fault"
+    fi
 else
     echo "==== fault: $fault not built"
     total_fail=$((total_fail + 1))
