@@ -6,6 +6,7 @@
 #   make bench          standard matrix + peers + report + plots (~10 min on 2 cores)
 #   make bench-quick    one-minute subset
 #   make bench-peers    build and run only the MPI and ucx_perftest peers, then report + plots
+#   make bench-targets  the figures other issues ask for, as one table (~30 s)
 #   make bench-plots    report + plots from the results already in $(BENCH_OUT)
 #   make bench-build    build the benchmark programs only
 # BENCH_OUT=dir puts results, report and plots elsewhere (docs/perf for the published set).
@@ -74,7 +75,14 @@ bench-peers: bench-deps
 	$(BENCH_RUN) --matrix standard --parts peers,perftest
 	$(call bench-report,make bench-peers)
 
+# the figures the other issues ask for (init at 64 ranks, allgather, p2p against
+# raw TCP and ucx_perftest), printed as one table; about half a minute
+bench-targets: bench-deps
+	@$(MAKE) --no-print-directory bench-build
+	$(BENCH_RUN) --clean --matrix targets
+	$(BENCH_PY) bench/report.py --out $(BENCH_OUT) --targets --command "make bench-targets"
+
 bench-plots:
 	$(call bench-report,make bench-plots)
 
-.PHONY: bench bench-quick bench-peers bench-plots bench-build bench-peers-build bench-deps
+.PHONY: bench bench-quick bench-peers bench-targets bench-plots bench-build bench-peers-build bench-deps

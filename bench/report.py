@@ -261,9 +261,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--command", default="")
+    ap.add_argument("--targets", action="store_true", help="also print the targets table")
     args = ap.parse_args()
     recs = R.load(args.out)
     init = R.load_init(args.out)
+    if args.targets:
+        print(targets(recs, init))
     runcmd = ""
     try:
         with open(os.path.join(args.out, "command.txt")) as f:

@@ -66,8 +66,24 @@ def matrix(name):
         m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=[8, KIB]),
                          dict(test="tag_lat", tls="tcp", sizes=[8, KIB])]
         return m
+    if name == "targets":
+        # just what the figures other issues ask for need (report.py --targets)
+        common = {"batches": 5, "batch_ms": 25}
+        m["oobx"] = [
+            dict(variant="socket", ranks=2, sizes=[8, 64], filter="^(tcp_)?pingpong/", **common),
+            dict(variant="ucx-shm", ranks=2, sizes=[8, 64], filter="^pingpong/", **common),
+            dict(variant="socket", ranks=64, sizes=[64], filter="^allgather/", **common),
+            dict(variant="ucx-shm", ranks=64, sizes=[64], filter="^allgather/", **common),
+            dict(variant="socket", ranks=4, sizes=[MIB], filter="^allgather/", **common),
+            dict(variant="ucx-shm", ranks=4, sizes=[MIB], filter="^allgather/", **common),
+            dict(variant="ucx-tcp", ranks=4, sizes=[MIB], filter="^allgather/", **common),
+        ]
+        m["init"] = [dict(variant="socket", ranks=64, roots=1, reps=3)]
+        m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=[8, 64]),
+                         dict(test="ucp_put_bw", tls="posix", sizes=[MIB])]
+        return m
     if name != "standard":
-        raise SystemExit("run.py: unknown matrix '%s' (quick or standard)" % name)
+        raise SystemExit("run.py: unknown matrix '%s' (quick, standard or targets)" % name)
 
     common = {"batches": 5, "batch_ms": 25}
     big = {"batches": 3, "batch_ms": 25, "max_buffer": 64 * MIB}
