@@ -77,10 +77,11 @@ bench-peers: bench-deps
 
 # the figures the other issues ask for (init at 64 ranks, allgather, p2p against
 # raw TCP and ucx_perftest), printed as one table; about half a minute
+BENCH_TARGETS_OUT ?= $(BUILD)/bench-targets
 bench-targets: bench-deps
 	@$(MAKE) --no-print-directory bench-build
-	$(BENCH_RUN) --clean --matrix targets
-	$(BENCH_PY) bench/report.py --out $(BENCH_OUT) --targets --command "make bench-targets"
+	$(BENCH_PY) bench/run.py --build $(BUILD) --out $(BENCH_TARGETS_OUT) --clean --matrix targets
+	$(BENCH_PY) bench/report.py --out $(BENCH_TARGETS_OUT) --targets --command "make bench-targets"
 
 bench-plots:
 	$(call bench-report,make bench-plots)
