@@ -29,9 +29,9 @@ STYLE = {
     "Open MPI tcp": dict(color="tab:purple", marker="<", ls=":"),
     "MPICH": dict(color="tab:brown", marker=">", ls="-."),
     "MPICH tcp": dict(color="tab:pink", marker="D", ls="-."),
-    "ucx_perftest posix": dict(color="tab:gray", marker="*", ls="--"),
+    "ucx_perftest shm": dict(color="tab:gray", marker="*", ls="--"),
     "ucx_perftest tcp": dict(color="tab:olive", marker="P", ls="--"),
-    "ucx_perftest posix put_bw": dict(color="tab:cyan", marker="h", ls="--"),
+    "ucx_perftest shm put_bw": dict(color="tab:cyan", marker="h", ls="--"),
     "ucx_perftest tcp put_bw": dict(color="tab:cyan", marker="H", ls=":"),
 }
 

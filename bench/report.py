@@ -119,7 +119,7 @@ def barrier_table(recs):
 
 
 def pingpong_table(recs):
-    cols = ["oobx socket", "raw TCP", "oobx ucx-shm", "ucx_perftest posix", "oobx ucx-tcp",
+    cols = ["oobx socket", "raw TCP", "oobx ucx-shm", "ucx_perftest shm", "oobx ucx-tcp",
             "ucx_perftest tcp", "Open MPI shm", "Open MPI tcp", "MPICH", "MPICH tcp"]
     sizes = sorted({r["bytes"] for r in R.pick(recs, kind="pingpong", ranks=2)} |
                    {r["bytes"] for r in R.pick(recs, kind="tag_lat")})
@@ -136,7 +136,7 @@ def pingpong_table(recs):
         rows.append([R.fmt_bytes(b)] + [us(v[c]) for c in cols] +
                     [ratio(v["oobx socket"], v["raw TCP"]),
                      ratio(best["oobx socket"], best["raw TCP"]),
-                     ratio(v["oobx ucx-shm"], v["ucx_perftest posix"]),
+                     ratio(v["oobx ucx-shm"], v["ucx_perftest shm"]),
                      ratio(v["oobx ucx-tcp"], v["ucx_perftest tcp"])])
     return table(["bytes"] + cols + ["socket ÷ raw TCP", "same, best batches", "ucx-shm ÷ perftest",
                                      "ucx-tcp ÷ perftest"],
@@ -179,8 +179,9 @@ def phases_table(init):
 def targets(recs, init):
     lines = []
 
-    def add(what, value, target, ok):
+    def add(what, value, target, ok, note=""):
         state = "–" if ok is None else ("met" if ok else "**not met**")
+        state += note
         lines.append("| %s | %s | %s | %s |" % (what, value, target, state))
 
     s64 = [i for i in init if i["variant"] == "socket" and i["roots"] == 1 and i["ranks"] == 64]
@@ -199,17 +200,21 @@ def targets(recs, init):
         "%s µs vs %s µs = %s× (best batches: %s vs %s µs = %s×)" %
         (us(p and 2 * p), us(t and 2 * t), ratio(p, t), us(pb and 2 * pb), us(tb and 2 * tb),
          ratio(pb, tb)), "≤ 1.3×",
-        None if p is None or t is None else p / t <= 1.3)
+        None if p is None or t is None else p / t <= 1.3,
+        # loopback TCP's round trip is ~5 µs on an idle core; far above it, both
+        # figures are mostly waiting for a CPU and their ratio says little
+        " (machine busy: raw TCP round trip %s µs; repeat when idle)" % us(2 * tb)
+        if tb is not None and 2 * tb > 20 else "")
     for b in (8, 64):
         u = lat(recs, "oobx ucx-shm", "pingpong", 2, b)
         ub = lat(recs, "oobx ucx-shm", "pingpong", 2, b, "min_us")
-        pt = R.one(recs, series="ucx_perftest posix", kind="tag_lat", bytes=b)
+        pt = R.one(recs, series="ucx_perftest shm", kind="tag_lat", bytes=b)
         ptv = pt["lat_us"] if pt else None
-        add("UCX shm p2p %d B one-way ÷ ucx_perftest -t tag_lat (UCX_TLS=posix,self)" % b,
+        add("UCX shm p2p %d B one-way ÷ ucx_perftest -t tag_lat (same UCX_TLS)" % b,
             "%s µs (best batch %s) vs %s µs = %s×" % (us(u), us(ub), us(ptv), ratio(u, ptv)),
             "reference", None)
     ag = R.one(recs, series="oobx ucx-shm", kind="allgather", ranks=4, bytes=MIB)
-    put = R.one(recs, series="ucx_perftest posix", kind="ucp_put_bw", bytes=MIB)
+    put = R.one(recs, series="ucx_perftest shm", kind="ucp_put_bw", bytes=MIB)
     add("UCX shm allgather 1 MiB/rank, 4 ranks: busbw vs ucx_perftest -t ucp_put_bw 1 MiB",
         "%s GB/s vs %s GB/s" % ("%.2f" % ag["busbw"] if ag else "–", "%.2f" % put["busbw"] if put else "–"),
         "reference", None)

@@ -29,13 +29,13 @@ SERIES_NAMES = {
     "openmpi-tcp": "Open MPI tcp",
     "mpich": "MPICH",
     "mpich-tcp": "MPICH tcp",
-    "ucx_perftest-posix": "ucx_perftest posix",
+    "ucx_perftest-shm": "ucx_perftest shm",
     "ucx_perftest-tcp": "ucx_perftest tcp",
 }
 
 # plotting order and colours shared by every figure
 SERIES_ORDER = ["oobx socket", "oobx ucx-shm", "oobx ucx-tcp", "raw TCP", "Open MPI shm",
-                "Open MPI tcp", "MPICH", "MPICH tcp", "ucx_perftest posix", "ucx_perftest tcp"]
+                "Open MPI tcp", "MPICH", "MPICH tcp", "ucx_perftest shm", "ucx_perftest tcp"]
 
 
 def _num(x, default=0):

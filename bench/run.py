@@ -40,7 +40,7 @@ LOOPBACK_ENV = {
 # oobx transports: name -> (OOBX_TRANSPORT, extra environment)
 VARIANTS = {
     "socket": ("socket", {}),
-    "ucx-shm": ("ucx", {"UCX_TLS": "posix,sysv,self,tcp"}),
+    "ucx-shm": ("ucx", {"UCX_TLS": "posix,sysv,cma,self"}),
     "ucx-tcp": ("ucx", {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "lo"}),
 }
 
@@ -63,7 +63,7 @@ def matrix(name):
         m["peers"] = [dict(peer=p, ranks=r, sizes=sizes, **common)
                       for p in ("openmpi-shm", "openmpi-tcp") for r in (2, 8)]
         m["peers"] += [dict(peer="mpich", ranks=2, sizes=sizes, **common)]
-        m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=[8, KIB]),
+        m["perftest"] = [dict(test="tag_lat", tls="shm", sizes=[8, KIB]),
                          dict(test="tag_lat", tls="tcp", sizes=[8, KIB])]
         return m
     if name == "targets":
@@ -79,8 +79,8 @@ def matrix(name):
             dict(variant="ucx-tcp", ranks=4, sizes=[MIB], filter="^allgather/", **common),
         ]
         m["init"] = [dict(variant="socket", ranks=64, roots=1, reps=3)]
-        m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=[8, 64]),
-                         dict(test="ucp_put_bw", tls="posix", sizes=[MIB])]
+        m["perftest"] = [dict(test="tag_lat", tls="shm", sizes=[8, 64]),
+                         dict(test="ucp_put_bw", tls="shm", sizes=[MIB])]
         return m
     if name != "standard":
         raise SystemExit("run.py: unknown matrix '%s' (quick, standard or targets)" % name)
@@ -125,10 +125,10 @@ def matrix(name):
                                    tests="init,allgather,barrier", **big))
 
     lat = [8, 64, KIB, 16 * KIB, 256 * KIB, MIB]
-    m["perftest"] = [dict(test="tag_lat", tls="posix", sizes=lat),
+    m["perftest"] = [dict(test="tag_lat", tls="shm", sizes=lat),
                      dict(test="tag_lat", tls="tcp", sizes=lat),
-                     dict(test="ucp_put_bw", tls="posix", sizes=[64 * KIB, MIB, 4 * MIB]),
-                     dict(test="tag_bw", tls="posix", sizes=[64 * KIB, MIB, 4 * MIB]),
+                     dict(test="ucp_put_bw", tls="shm", sizes=[64 * KIB, MIB, 4 * MIB]),
+                     dict(test="tag_bw", tls="shm", sizes=[64 * KIB, MIB, 4 * MIB]),
                      dict(test="tag_bw", tls="tcp", sizes=[64 * KIB, MIB, 4 * MIB])]
     return m
 
@@ -286,9 +286,8 @@ class Runner:
             self.log("ucx_perftest not found (Debian package ucx-utils); skipped")
             return
         tls = spec["tls"]
-        env = {"UCX_TLS": tls + ",self"}
-        if tls == "tcp":
-            env["UCX_NET_DEVICES"] = "lo"
+        # the same transports as the oobx variant it is the reference for
+        env = {"UCX_TLS": VARIANTS["ucx-" + tls][1]["UCX_TLS"], "UCX_NET_DEVICES": "lo"}
         entries = []
         for size in spec["sizes"]:
             port = free_port()
