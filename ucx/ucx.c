@@ -1069,7 +1069,11 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
         tp->fatal = oobx_fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ucp_worker_arm: %s", ucs_status_string(st));
         return 1;
     }
-    /* a message may have been probed-for but left in UCX's queue */
+    /* a message UCX took in outside progress() (endpoint creation and sends
+     * may progress internally) waits in its unexpected queue and raises no
+     * event: look once more */
+    ucp_tag_recv_info_t info;
+    if (tp->ndirty || ucp_tag_probe_nb(tp->worker, 0, UCX_TAG_DATA, 0, &info) != NULL) return 1;
     fds[0].fd = tp->efd;
     fds[0].events = POLLIN;
     fds[0].revents = 0;
