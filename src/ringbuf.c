@@ -209,6 +209,15 @@ int ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t 
     return 0;
 }
 
+uint32_t ringbuf_rx_peek_bytes(const ringbuf_rx_t *rx, const void *ring, uint64_t seq)
+{
+    ringbuf_chunk_hdr_t ch;
+    memcpy(&ch, (const unsigned char *)ring + ringbuf_slot_off(rx->slots, rx->slot_bytes, seq), sizeof(ch));
+    if (ch.seq != seq || (ch.flags & ~(uint32_t)(RINGBUF_FIRST | RINGBUF_LAST))) return 0;
+    uint64_t bytes = (uint64_t)RINGBUF_CHUNK_HDR_BYTES + ((ch.flags & RINGBUF_FIRST) ? RINGBUF_MSG_HDR_BYTES : 0) + ch.len;
+    return bytes <= rx->slot_bytes ? (uint32_t)bytes : 0;
+}
+
 int ringbuf_rx_release(ringbuf_rx_t *rx, uint64_t *credit)
 {
     if (rx->freed_seq < rx->next_seq) rx->freed_seq++;

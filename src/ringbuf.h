@@ -141,6 +141,12 @@ uint64_t ringbuf_slot_off(uint32_t slots, uint32_t slot_bytes, uint64_t seq);
 int ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t bytes,
                      ringbuf_rx_ev_t *ev, char *why, size_t whylen);
 
+/* The size chunk seq announces in its own header: for doorbells that carry a
+ * count of chunks rather than each size (writes are ordered before the
+ * doorbell). 0 when the slot does not hold a well-formed chunk seq; then
+ * ringbuf_rx_chunk() refuses it. */
+uint32_t ringbuf_rx_peek_bytes(const ringbuf_rx_t *rx, const void *ring, uint64_t seq);
+
 /* The oldest landed chunk has been consumed: frees its slot. Returns 1 and
  * *credit (send it to the sender) when a credit update is due, else 0. */
 int ringbuf_rx_release(ringbuf_rx_t *rx, uint64_t *credit);

@@ -98,9 +98,10 @@ typedef struct ucx_blob_hdr {
     char host[48];
 } ucx_blob_hdr_t;
 
+/* count chunks from seq have landed (their sizes are in their headers) */
 typedef struct ucx_doorbell {
     uint64_t seq;
-    uint32_t bytes;
+    uint32_t count;
     uint32_t pad;
 } ucx_doorbell_t;
 
@@ -189,7 +190,6 @@ typedef struct ucx_ring_tx {
     void *rptr;             /* the ring mapped into this process, when shared memory allows */
     ringbuf_tx_t rb;
     unsigned char (*heads)[RINGBUF_HEAD_MAX];
-    ucx_doorbell_t *bells;
     ucx_sreq_t *q_head, *q_tail;
     unsigned char *setup;   /* the peer's SETUP, until the first send to it */
     size_t setup_len;
@@ -417,13 +417,6 @@ static void ucx_send_cb(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-static void ucx_free_cb(void *request, ucs_status_t status, void *user_data)
-{
-    (void)status;
-    (void)user_data;
-    ucp_request_free(request);
-}
-
 /* Accounts for a started operation (ptr from a *_nbx call). */
 static void ucx_sreq_track(ucx_sreq_t *s, ucs_status_ptr_t ptr)
 {
@@ -511,6 +504,7 @@ static void ucx_ring_push(ucx_tp_t *tp)
         ucx_sreq_t *s = r->q_head;
         if (!r->rb.in_msg) ringbuf_tx_msg_begin(&r->rb, &s->hdr);
         ringbuf_chunk_t c;
+        ucx_doorbell_t db = {.seq = r->rb.next_seq, .count = 0, .pad = 0};
         while (ringbuf_tx_next(&r->rb, &c)) {
             memcpy(r->heads[c.slot], c.head, c.head_len);
             uint64_t dst = r->raddr + c.slot_off;
@@ -526,20 +520,14 @@ static void ucx_ring_push(ucx_tp_t *tp)
                 if (c.pay_len)
                     ucx_sreq_track(s, ucp_put_nbx(ep, (const char *)s->payload + c.pay_off, c.pay_len,
                                                   dst + c.head_len, r->rkey, &prm));
-                ucp_worker_fence(tp->worker);
             }
-            ucx_doorbell_t *db = &r->bells[c.slot];
-            db->seq = c.seq;
-            db->bytes = c.bytes;
-            db->pad = 0;
-            ucp_request_param_t dprm = {
-                .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
-                .cb.send = ucx_free_cb,
-            };
-            ucs_status_ptr_t ptr = ucp_tag_send_nbx(ep, db, sizeof(*db),
-                                                    ucx_tag(UCX_T_DOORBELL, tp->rank, p->tx_seq++), &dprm);
-            if (UCS_PTR_IS_ERR(ptr) && !s->status) s->status = ucx_status(UCS_PTR_STATUS(ptr));
+            db.count++;
             if (c.last) break;
+        }
+        if (db.count) {
+            /* one doorbell for the chunks of s written now, after their writes */
+            if (!r->rptr) ucp_worker_fence(tp->worker);
+            ucx_send_ctrl(tp, r->peer, UCX_T_DOORBELL, &db, sizeof(db));
         }
         if (r->rb.in_msg) return; /* out of credits in the middle of s */
         r->q_head = s->next;
@@ -722,14 +710,7 @@ static void ucx_ring_activate(ucx_tp_t *tp)
         goto out;
     }
     r->heads = calloc(su.slots, sizeof(*r->heads));
-    r->bells = calloc(su.slots, sizeof(*r->bells));
-    if (!r->heads || !r->bells) {
-        free(r->heads);
-        free(r->bells);
-        r->heads = NULL;
-        r->bells = NULL;
-        goto out;
-    }
+    if (!r->heads) goto out;
     ringbuf_tx_init(&r->rb, su.slots, su.slot_bytes);
     r->active = 1;
     OOBX_INFO(tp->log, "ucx: ring link to rank %d writes into its registered ring (%u slots of %u bytes, %s: %s)",
@@ -801,27 +782,39 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
             return;
         }
         memcpy(&db, r->buf, sizeof(db));
-        if (ringbuf_rx_chunk(&rx->rb, rx->base, db.seq, db.bytes, &ev, why, sizeof(why))) {
-            ucx_protocol_error(tp, r->peer, why);
+        if (db.count == 0 || db.count > rx->rb.slots) {
+            ucx_protocol_error(tp, r->peer, "ring doorbell for no chunk or more than the ring holds");
             return;
         }
-        if (ev.first) {
-            if (ev.hdr.src != r->peer) {
-                ucx_protocol_error(tp, r->peer, "ring message header names another sender");
+        for (uint32_t k = 0; k < db.count; k++) {
+            uint64_t seq = db.seq + k;
+            if (ringbuf_rx_chunk(&rx->rb, rx->base, seq, ringbuf_rx_peek_bytes(&rx->rb, rx->base, seq), &ev, why,
+                                 sizeof(why))) {
+                ucx_protocol_error(tp, r->peer, why);
                 return;
             }
-            rx->dest = tp->sink.msg_begin(tp->sink.core, &ev.hdr, &r->cookie);
-            r->has_msg = 1;
-            r->complete = 0;
-            rx->cur = r;
+            if (ev.first && r->has_msg) {
+                ucx_protocol_error(tp, r->peer, "ring doorbell spans two messages");
+                return;
+            }
+            if (ev.first) {
+                if (ev.hdr.src != r->peer) {
+                    ucx_protocol_error(tp, r->peer, "ring message header names another sender");
+                    return;
+                }
+                rx->dest = tp->sink.msg_begin(tp->sink.core, &ev.hdr, &r->cookie);
+                r->has_msg = 1;
+                r->complete = 0;
+                rx->cur = r;
+            }
+            if (ev.len) memcpy((char *)rx->dest + ev.off, ev.data, ev.len);
+            if (ev.last) {
+                rx->cur->complete = 1;
+                rx->cur = NULL;
+            }
+            uint64_t credit;
+            if (ringbuf_rx_release(&rx->rb, &credit)) ucx_credit_send(tp, credit);
         }
-        if (ev.len) memcpy((char *)rx->dest + ev.off, ev.data, ev.len);
-        if (ev.last) {
-            rx->cur->complete = 1;
-            rx->cur = NULL;
-        }
-        uint64_t credit;
-        if (ringbuf_rx_release(&rx->rb, &credit)) ucx_credit_send(tp, credit);
         return;
     }
     case UCX_T_CREDIT: {
@@ -1664,7 +1657,6 @@ static void ucx_destroy(oobx_tp_t *base)
     if (tp->rtx.rkey) ucp_rkey_destroy(tp->rtx.rkey);
     free(tp->rtx.setup);
     free(tp->rtx.heads);
-    free(tp->rtx.bells);
     if (tp->rrx.memh) ucp_mem_unmap(tp->ctx, tp->rrx.memh);
     if (tp->my_addr) ucp_worker_release_address(tp->worker, tp->my_addr);
     if (tp->worker) ucp_worker_destroy(tp->worker);

@@ -248,6 +248,25 @@ static void test_bad_chunks(void **state)
     link_free(l);
 }
 
+static void test_peek_bytes(void **state)
+{
+    (void)state;
+    link_t *l = link_new(4, 128, 0);
+    unsigned char src[200];
+    fill(src, sizeof(src), 3);
+    oobx_msg_hdr_t h = mkhdr(sizeof(src), 1);
+    assert_int_equal(ringbuf_tx_msg_begin(&l->tx, &h), 0);
+    assert_int_equal(link_write(l, src), 3);
+    for (unsigned i = 0; i < 3; i++)
+        assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, i), l->db_bytes[i]);
+    /* a slot that holds another chunk, or garbage */
+    assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, 3), 0);
+    assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, 4), 0);
+    memset(l->ring + 128, 0xff, 16);
+    assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, 1), 0);
+    link_free(l);
+}
+
 static void test_overrun_detected(void **state)
 {
     (void)state;
@@ -282,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_credits_exhausted),
         cmocka_unit_test(test_bad_chunks),
         cmocka_unit_test(test_overrun_detected),
+        cmocka_unit_test(test_peek_bytes),
     };
     return cmocka_run_group_tests_name("ringbuf", tests, NULL, NULL);
 }
