@@ -81,9 +81,8 @@ suite() {
     t0=$(date +%s)
     echo
     echo "==== $name ${envs[*]}"
-    env "${envs[@]}" timeout -k 10 "$deadline" "$@" > >(tee "$log") 2>&1
-    local st=$?
-    wait
+    env "${envs[@]}" timeout -k 10 "$deadline" "$@" 2>&1 | tee "$log"
+    local st=${PIPESTATUS[0]}
     if [ "$st" -eq 124 ] || [ "$st" -eq 137 ]; then
         echo "==== $name: still running after $deadline s: stopped" | tee -a "$log"
     fi
@@ -95,6 +94,7 @@ suite() {
     echo "==== $name: $p passed, $f failed, $s skipped in $(( $(date +%s) - t0 )) s (exit $st, log $log)"
 }
 
+main() {
 if [ "$mode" != long ]; then
     for t in "$build"/tests/unit/test_*; do
         [ -x "$t" ] || continue
@@ -129,6 +129,10 @@ if [ -x "$conf" ]; then
         echo "==== conformance-ucx: $build/lib/liboobx-ucx.so not built (UCX not found): skipped"
         total_skip=$((total_skip + 1))
     fi
+    if [ -e "$build/lib/liboobx-verbs.so" ]; then
+        # real device when there is one, else the emulation; the probe skips every case with the reason
+        suite conformance-verbs "$conf_deadline" OOBX_TRANSPORT=verbs OOBX_TEST_MAX_RANKS="${OOBX_TEST_VERBS_MAX_RANKS:-16}" -- "$conf"
+    fi
 else
     echo "==== conformance: $conf not built"
     total_fail=$((total_fail + 1))
@@ -149,3 +153,8 @@ echo
 echo "==== $mode of $build in $(( $(date +%s) - started )) s${failed_suites[*]:+; failed: ${failed_suites[*]}}"
 echo "tests: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]
+}
+
+# the whole file is read before anything runs
+main "$@"
+exit $?
