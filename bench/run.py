@@ -154,6 +154,8 @@ class Runner:
         if env:
             full_env.update(env)
         logpath = os.path.join(self.out, "logs", name + ".log")
+        if self.args.settle > 0:
+            settle(self.args.settle)
         self.loads.append((name, loadavg()))
         self.log("%s: %s" % (name, " ".join(cmd)))
         t = time.time()
@@ -338,6 +340,27 @@ def loadavg():
         return -1.0
 
 
+def runnable():
+    """Tasks running or ready to run right now (the 4th field of /proc/loadavg)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def settle(limit_s):
+    """Waits, at most limit_s, until no more tasks want to run than there are
+    cores (three samples in a row): on a shared machine, starts a launch in a
+    quiet moment when there is one."""
+    cores = os.cpu_count() or 1
+    quiet = 0
+    end = time.time() + limit_s
+    while time.time() < end and quiet < 3:
+        quiet = quiet + 1 if runnable() - 1 <= cores else 0
+        time.sleep(0.05)
+
+
 def free_port():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
@@ -355,6 +378,9 @@ def main():
     ap.add_argument("--max-ranks", type=int, default=1 << 30,
                     help="skip launches with more ranks than this")
     ap.add_argument("--clean", action="store_true", help="remove OUT/raw and OUT/logs first")
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="wait up to this many seconds before each launch for the machine to "
+                         "have no more runnable tasks than cores (0: do not wait)")
     args = ap.parse_args()
     if args.clean:
         for d in ("raw", "logs"):
