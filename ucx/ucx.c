@@ -873,6 +873,8 @@ static size_t ucx_type_max(int type)
     }
 }
 
+static void ucx_wait_req(ucx_tp_t *tp, ucs_status_ptr_t req, int ms);
+
 /* Takes every non-DATA message UCX holds, in arrival order. */
 static void ucx_probe(ucx_tp_t *tp)
 {
@@ -908,10 +910,7 @@ static void ucx_probe(ucx_tp_t *tp)
                           info.sender_tag, info.length);
             prm.op_attr_mask = 0;
             ucs_status_ptr_t ptr = ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm);
-            if (ptr && !UCS_PTR_IS_ERR(ptr)) {
-                while (ucp_request_check_status(ptr) == UCS_INPROGRESS) ucp_worker_progress(tp->worker);
-                ucp_request_free(ptr);
-            }
+            ucx_wait_req(tp, ptr, 100);
             if (buf != r->small) free(buf);
             free(r);
             continue;
