@@ -471,6 +471,27 @@ static size_t append(char *buf, size_t len, size_t off, const char *fmt, ...)
     return off + (size_t)k >= len ? len - 1 : off + (size_t)k;
 }
 
+/* Where are the stuck ranks? The stacks of the first two, when gdb is there
+ * (OOBX_TEST_STACKS=0 turns this off). */
+static void dump_stacks(harness_job_t *job, const int *stuck)
+{
+    const char *want = getenv("OOBX_TEST_STACKS");
+    if (want && !strcmp(want, "0")) return;
+    if (system("command -v gdb >/dev/null 2>&1") != 0) return;
+    int shown = 0;
+    for (int i = 0; i < job->o.nranks && shown < 2; i++) {
+        if (!stuck[i]) continue;
+        char cmd[256];
+        fprintf(stderr, "---- %s: stack of stuck rank %d (pid %d)\n", job->o.name, i, (int)job->pids[i]);
+        snprintf(cmd, sizeof cmd,
+                 "timeout 30 gdb -p %d -batch -nx -q -ex 'thread apply all bt 30' 2>/dev/null | "
+                 "grep -E '^(Thread|#)' | head -n 120 >&2",
+                 (int)job->pids[i]);
+        if (system(cmd) != 0) fprintf(stderr, "(gdb could not attach)\n");
+        shown++;
+    }
+}
+
 static void kill_rest(harness_job_t *job, int *killed)
 {
     for (int i = 0; i < job->o.nranks; i++)
@@ -510,6 +531,7 @@ int harness_job_wait(harness_job_t *job)
         if (t >= deadline) {
             job->timed_out = 1;
             for (int i = 0; i < n; i++) stuck[i] = !job->ended[i];
+            dump_stacks(job, stuck);
             kill_rest(job, killed);
             break;
         }
