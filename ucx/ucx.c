@@ -1460,8 +1460,11 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     ucp_config_release(cfg);
     if (st != UCS_OK) {
         tp->ctx = NULL;
-        rc = ucx_unavailable(p->log, "ucx: ucp_init failed: %s (check UCX_TLS, UCX_NET_DEVICES, "
-                       "OOBX_NET_DEVICE)", ucs_status_string(st));
+        const char *tls = getenv("UCX_TLS"), *nd = getenv("UCX_NET_DEVICES");
+        rc = ucx_unavailable(p->log, "ucx: ucp_init failed: %s (UCX_TLS=%s, UCX_NET_DEVICES=%s, OOBX_NET_DEVICE=%s; "
+                             "`ucx_info -d` lists the transports and devices)",
+                             ucs_status_string(st), tls ? tls : "(all)", nd ? nd : "(all)",
+                             set->net_device[0] ? set->net_device : "(unset)");
         goto out_destroy;
     }
     ucp_worker_params_t wp = {
