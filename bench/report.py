@@ -317,7 +317,11 @@ def main():
               "(ping-pong: one-way, half the round trip). Allgather size is bytes per rank (OSU); "
               "algbw = ranks × size / t, busbw = algbw × (n−1)/n (nccl-tests). All ranks are "
               "processes on this one machine, all traffic on loopback or shared memory. "
-              "Ratios are oobx ÷ peer: below 1, oobx is faster.")
+              "Ratios are oobx ÷ peer: below 1, oobx is faster. oobx and the raw TCP reference "
+              "block while they wait; Open MPI, MPICH and ucx_perftest poll. On a virtual machine "
+              "a blocked process whose CPU went idle takes tens of µs to wake, so small-message "
+              "latencies of blocking code vary from run to run (docs/benchmarks.md); compare oobx "
+              "with the raw TCP reference of the same run.")
     md.append("")
     md.append("## Allgather: average latency (µs)\n")
     md.append(headline(recs))
