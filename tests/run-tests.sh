@@ -120,7 +120,7 @@ if [ -x "$conf" ]; then
         echo "==== conformance-ucx: OOBX_TEST_UCX=0: skipped"
         total_skip=$((total_skip + 1))
     elif [ -e "$build/lib/liboobx-ucx.so" ]; then
-        ucx_max=${OOBX_TEST_UCX_MAX_RANKS:-16}
+        ucx_max=${OOBX_TEST_UCX_MAX_RANKS:-64}
         suite conformance-ucx-tcp "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
         suite conformance-ucx-shm "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
         suite conformance-ucx-default "$conf_deadline" OOBX_TRANSPORT=ucx OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
