@@ -1,11 +1,12 @@
 /*
  * The UCX transport: a loadable module (liboobx-ucx.so) exporting oobx_ucx_ops.
+ * docs/transports/ucx.md describes it for users; this is the short form.
  *
  * One UCP context and one worker per instance. The address blob is a small
  * header (magic, version, host, pid) and the worker address, carried by the
- * core as a variable-length card. Endpoints are created lazily: on the first
- * send to a peer, or the first message from it (so that a peer we only hear
- * from is also watched by UCX's error handling).
+ * core as a variable-length card. Endpoints are created lazily, on the first
+ * send to a peer (and, for a peer on another host, on the first message from
+ * it, so that UCX's error handling watches it).
  *
  * Messages travel as UCX tag messages. The 64-bit UCX tag holds
  *
@@ -17,25 +18,30 @@
  * The core does the matching (context, user tag, source); the transport only
  * moves messages in order. Every message but DATA is taken with
  * ucp_tag_probe_nb(mask = DATA bit), in arrival order. A message of up to
- * UCX_EAGER_MAX payload bytes is one EAGER message (header + payload in an
- * iov); a larger one is a HDR message and then a DATA message that is received
- * by ucp_tag_recv_nbx straight into the buffer the core's msg_begin returned,
- * matched exactly by (DATA, sender, sequence).
+ * UCX_EAGER_MAX payload bytes is one EAGER message (header + payload, copied
+ * into one buffer when small, else an iov); a larger one is a HDR message and
+ * then a DATA message that is received by ucp_tag_recv_nbx straight into the
+ * buffer the core's msg_begin returned, matched exactly by (DATA, sender,
+ * sequence).
  *
  * Ring links (OOBX_UCX_RING): the receiver of the link prev -> me maps a ring
- * buffer (ucp_mem_map) and sends its packed rkey to prev (SETUP). The sender
- * then writes chunks with ucp_put_nbx, fences, and rings a DOORBELL (a small
- * tag message carrying sequence number and size: puts do not wake the
- * receiver's event fd). The receiver copies each chunk out, frees the slot and
- * returns CREDITs in batches. The slot/credit bookkeeping is src/ringbuf.c.
+ * buffer (ucp_mem_map) and sends its packed rkey to prev (SETUP). At its first
+ * send to next the sender picks the path (ucx_ring_choose); on the ring it
+ * writes the chunks of a message with ucp_put_nbx (or plain copies when the
+ * ring is mapped here), fences, and rings one DOORBELL for them (puts do not
+ * wake the receiver's event fd). The receiver copies each chunk out, frees the
+ * slot and returns CREDITs in batches. The slot/credit bookkeeping is
+ * src/ringbuf.c, shared with verbs/.
  *
  * Delivery order: records of every incoming message are kept per sender in
  * arrival order; msg_begin is called in that order as soon as the header is
  * in, and msg_end in that order once the payload is in place.
  *
  * Waiting: wait_prepare() arms the worker (ucp_worker_arm) and hands out
- * ucp_worker_get_efd(); it caps the sleep so UCX's keepalive, which finds
- * dead peers, still runs while the core sleeps.
+ * ucp_worker_get_efd(); it caps the sleep so that failure checks run while
+ * the core sleeps: UCX's keepalive for peers on other hosts, a pid check for
+ * peers on this host (UCX 1.13's shared-memory transports have no peer
+ * failure handling).
  */
 #include <errno.h>
 #include <signal.h>
