@@ -346,6 +346,8 @@ static void test_peer_killed(void **state)
 
 int main(void)
 {
+    /* loopback only, unless the caller chose devices */
+    setenv("UCX_NET_DEVICES", "lo", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_blob),
         cmocka_unit_test(test_pair_tag),
