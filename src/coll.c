@@ -281,14 +281,98 @@ static int bruck_allgather(struct oobx_comm *c, const coll_group_t *g, char *buf
     return finish_exchange(c, &q, 0, tmp);
 }
 
+/* ---- tree: binomial gather to group rank 0, then the broadcast ------------------ */
+
+typedef struct gather_run {
+    coll_reqs_t *q;
+    int nr;
+} gather_run_t;
+
+static int gather_done(void *arg)
+{
+    gather_run_t *gr = arg;
+    for (int i = 0; i < gr->nr; i++) {
+        if (!gr->q->r[i].done) return 0;
+        if (gr->q->r[i].status) return 1;
+    }
+    return send_status(gr->q) >= 0 || all_sent(gr->q);
+}
+
+/* Gathers every member's slice (bpr bytes, 0 for a barrier) into group rank
+ * 0's buf. A subtree's slices are contiguous, so each child sends its whole
+ * range in one message: n-1 messages in all. */
+static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, size_t bpr, const char *what)
+{
+    int n = g->n, vr = g->me;
+    int low = 1;
+    while (low < n && !(vr & low)) low <<= 1; /* vr's lowest set bit; >= n for rank 0 */
+    coll_reqs_t q;
+    if (reqs_alloc(&q, 32, 1) != 0) {
+        reqs_release(c, &q, 0, NULL);
+        return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    }
+    q.tag = coll_tag(g, 1);
+    int rc = 0, posted = 0;
+    int children[32];
+    for (int m = 1; m < low && vr + m < n && rc == 0; m <<= 1) {
+        int child = vr + m, end = child + m < n ? child + m : n;
+        children[posted] = child;
+        rc = ep_irecv(c, member(g, child), OOBX_MSG_COLL, q.tag, buf + (size_t)child * bpr, (size_t)(end - child) * bpr,
+                      &q.r[posted]);
+        if (rc == 0) posted++;
+    }
+    gather_run_t gr = {&q, posted};
+    uint64_t t0 = oobx_now_ns();
+    if (rc == 0) rc = ep_wait(c, gather_done, &gr, oobx_deadline(c->settings.timeout_ms));
+    for (int i = 0; rc == 0 && i < posted; i++)
+        if (q.r[i].status) {
+            rc = peer_error(c, q.r[i].status, member(g, children[i]), "%s (gather): receiving", what);
+            break;
+        }
+    if (rc != 0 && rc != OOBX_ERR_TIMEOUT && rc != OOBX_ERR_ABORTED) {
+        reqs_release(c, &q, posted, NULL);
+        return rc;
+    }
+    if (rc != 0) {
+        int k = 0;
+        while (k < posted && q.r[k].done) k++;
+        rc = comm_wait_error(c, rc, "rank %d: %s (gather): after %.0f ms still waiting for group rank %d (rank %d)",
+                             c->rank, what, (oobx_now_ns() - t0) / 1e6, children[k < posted ? k : 0],
+                             member(g, children[k < posted ? k : 0]));
+        reqs_release(c, &q, posted, NULL);
+        return rc;
+    }
+    if (vr != 0) {
+        int parent = vr - low, end = vr + low < n ? vr + low : n;
+        rc = ep_isend(c, member(g, parent), OOBX_MSG_COLL, q.tag, buf + (size_t)vr * bpr, (size_t)(end - vr) * bpr,
+                      &q.s[0]);
+        if (rc == 0) {
+            q.ns = 1;
+            gr.nr = 0;
+            rc = ep_wait(c, gather_done, &gr, oobx_deadline(c->settings.timeout_ms));
+            if (rc != 0)
+                rc = comm_wait_error(c, rc, "rank %d: %s (gather): sending to rank %d", c->rank, what,
+                                     member(g, parent));
+            else if (q.s[0].tp.status)
+                rc = peer_error(c, q.s[0].tp.status, member(g, parent), "%s (gather): sending", what);
+        }
+    }
+    reqs_release(c, &q, 0, NULL);
+    return rc;
+}
+
 int coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
 {
     if (g->n == 1 || bpr == 0) return 0;
-    int bruck;
-    if (!strcmp(algo, "bruck")) bruck = 1;
-    else if (!strcmp(algo, "ring")) bruck = 0;
-    else bruck = g->n > 2 && (size_t)g->n * bpr <= c->settings.bruck_max_bytes;
-    if (bruck) return bruck_allgather(c, g, buf, bpr);
+    if (!strcmp(algo, "bruck")) return bruck_allgather(c, g, buf, bpr);
+    if (!strcmp(algo, "ring")) return ring_allgather(c, g, buf, bpr, bpr, NULL);
+    int small = g->n > 2 && (size_t)g->n * bpr <= c->settings.bruck_max_bytes;
+    int tree = !strcmp(algo, "tree") || (small && c->ep->oversubscribed);
+    if (tree) {
+        int rc = tree_gather(c, g, buf, bpr, "allgather (tree)");
+        return rc ? rc : coll_bcast(c, g, 0, buf, (size_t)g->n * bpr);
+    }
+    if (small) return bruck_allgather(c, g, buf, bpr);
     return ring_allgather(c, g, buf, bpr, bpr, NULL);
 }
 
@@ -305,6 +389,11 @@ int coll_barrier(struct oobx_comm *c, const coll_group_t *g)
 {
     int n = g->n, me = g->me;
     if (n == 1) return 0;
+    if (c->ep->oversubscribed && n > 2) {
+        /* 2(n-1) messages instead of n*log2(n): what counts when ranks share cores */
+        int rc = tree_gather(c, g, NULL, 0, "barrier");
+        return rc ? rc : coll_bcast(c, g, 0, NULL, 0);
+    }
     coll_reqs_t q;
     if (reqs_alloc(&q, 1, 1) != 0) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     int rc = 0;

@@ -111,6 +111,55 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
 
 /* ---- init ---- */
 
+/* The core's part of a rank's card, before the transport address:
+ * u16 magic, u16 CPUs online, u32 zero, u64 host hash. */
+#define CARD_HDR 16
+#define CARD_MAGIC 0x4f43u
+
+static void card_header(char *out)
+{
+    unsigned char *p = (unsigned char *)out;
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    if (ncpu > 65535) ncpu = 65535;
+    oobx_put_u16(p, CARD_MAGIC);
+    oobx_put_u16(p + 2, (uint16_t)ncpu);
+    oobx_put_u32(p + 4, 0);
+    oobx_put_u64(p + 8, oobx_hash64(host, strlen(host), 0x686f7374ull));
+}
+
+static int host_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 1 when some host holds more ranks than CPUs; every rank sees the same cards. */
+static int cards_oversubscribed(const unsigned char *items, size_t cap, int n)
+{
+    uint64_t *hosts = malloc((size_t)n * sizeof(*hosts));
+    if (!hosts) return 0;
+    for (int r = 0; r < n; r++) hosts[r] = oobx_get_u64(items + (size_t)r * cap + 8);
+    qsort(hosts, (size_t)n, sizeof(*hosts), host_cmp);
+    int over = 0;
+    for (int i = 0; i < n && !over;) {
+        int j = i;
+        while (j < n && hosts[j] == hosts[i]) j++;
+        int ncpu = 0x7fffffff;
+        for (int r = 0; r < n; r++)
+            if (oobx_get_u64(items + (size_t)r * cap + 8) == hosts[i]) {
+                int v = oobx_get_u16(items + (size_t)r * cap + 2);
+                if (v < ncpu) ncpu = v;
+            }
+        if (j - i > ncpu) over = 1;
+        i = j;
+    }
+    free(hosts);
+    return over;
+}
+
 static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const root_handle_t *roots,
                        const oobx_settings_t *s, const oobx_config_t *cfg, uint64_t hosted_magic)
 {
@@ -139,7 +188,8 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     }
     oobx_tp_params_t p = {.rank = rank, .nranks = nranks, .magic = c->ctx, .settings = &c->settings,
                           .log = &c->log, .sink = ep_sink(c->ep), .root_hint = &roots[0].addr.sa,
-                          .root_hint_len = sock_addr_len(&roots[0].addr)};
+                          .root_hint_len = sock_addr_len(&roots[0].addr),
+                          .wake_fd = c->ep->wake_fd};
     const char *tname = "socket";
     pthread_mutex_lock(&c->ep->lock);
     rc = transport_open(c, &p, &tname);
@@ -171,22 +221,32 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     if (nranks > 1) rc = c->ep->tp->ops->set_peer(c->ep->tp, next, next_blob, next_len);
     if (rc == 0 && nranks > 1 && c->ep->tp->ops->ring) rc = c->ep->tp->ops->ring(c->ep->tp, -1, next);
     uint64_t t_ring = oobx_now_ns();
-    /* every rank's address, over the ring */
-    items = malloc((size_t)nranks * OOBX_ADDR_MAX);
+    /* every rank's card (host and CPUs, then the transport address), over the ring */
+    const size_t cap = CARD_HDR + OOBX_ADDR_MAX;
+    items = malloc((size_t)nranks * cap);
     lens = calloc((size_t)nranks, sizeof(*lens));
     if (rc == 0 && (!items || !lens)) rc = oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory for %d addresses", nranks);
     if (rc == 0) {
-        memcpy(items + (size_t)rank * OOBX_ADDR_MAX, blob, blob_len);
-        lens[rank] = blob_len;
-        rc = coll_ring_allgatherv(c, items, OOBX_ADDR_MAX, lens);
+        card_header(items + (size_t)rank * cap);
+        memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
+        lens[rank] = CARD_HDR + blob_len;
+        rc = coll_ring_allgatherv(c, items, cap, lens);
     }
     for (int r = 0; rc == 0 && r < nranks; r++) {
+        if (lens[r] <= CARD_HDR || oobx_get_u16((unsigned char *)items + (size_t)r * cap) != CARD_MAGIC) {
+            rc = oobx_fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: the card of rank %d is malformed (%zu bytes)", rank, r,
+                           lens[r]);
+            break;
+        }
         if (r == rank) continue;
-        rc = c->ep->tp->ops->set_peer(c->ep->tp, r, items + (size_t)r * OOBX_ADDR_MAX, lens[r]);
+        rc = c->ep->tp->ops->set_peer(c->ep->tp, r, items + (size_t)r * cap + CARD_HDR, lens[r] - CARD_HDR);
         if (rc != 0)
             rc = oobx_fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
-                           lens[r], oobx_last_error());
+                           lens[r] - CARD_HDR, oobx_last_error());
     }
+    if (rc == 0) c->ep->oversubscribed = cards_oversubscribed((unsigned char *)items, cap, nranks);
+    if (rc == 0 && c->ep->oversubscribed)
+        OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
     if (rc == 0 && nranks > 1 && c->ep->tp->ops->ring) rc = c->ep->tp->ops->ring(c->ep->tp, prev, next);
     pthread_mutex_unlock(&c->ep->lock);
     free(items);

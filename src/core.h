@@ -66,6 +66,9 @@ typedef struct oobx_ep {
     char **failed_what; /* per rank: why */
     const oobx_log_t *log;
     int spin_us;
+    /* some host runs more ranks than it has CPUs: the same on every rank, so
+     * collectives may choose by it (fewer messages beat fewer rounds then) */
+    int oversubscribed;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;
 } oobx_ep_t;

@@ -483,21 +483,27 @@ int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_n
             continue;
         }
         ep->poller = 1;
-        tp->ops->progress(tp);
-        if (!done(arg) && ep->spin_us > 0) {
+        if (ep->spin_us > 0) {
             uint64_t until = oobx_now_ns() + (uint64_t)ep->spin_us * 1000ull;
-            while (!done(arg) && oobx_now_ns() < until) {
+            do {
+                tp->ops->progress(tp);
+                if (done(arg)) break;
                 pthread_mutex_unlock(&ep->lock);
                 pthread_mutex_lock(&ep->lock);
-                tp->ops->progress(tp);
-            }
+            } while (oobx_now_ns() < until);
         }
         if (!done(arg) && !cancel_check(c)) {
+            /* No progress() first: the sleep returns at once when something is
+             * ready, so one system call both waits and finds the work. */
             struct pollfd fds[16];
             int nfds = 0;
             int ms = oobx_ms_left(deadline_ns, c->user_abort ? 50 : 1000);
             int busy = tp->ops->wait_prepare(tp, fds + 1, 15, &nfds, &ms);
-            if (!busy) {
+            if (!busy && tp->ops->sleep) {
+                pthread_mutex_unlock(&ep->lock);
+                tp->ops->sleep(tp, ms);
+                pthread_mutex_lock(&ep->lock);
+            } else if (!busy) {
                 fds[0].fd = ep->wake_fd;
                 fds[0].events = POLLIN;
                 pthread_mutex_unlock(&ep->lock);

@@ -22,7 +22,7 @@ const oobx_setting_desc_t oobx_settings_table[] = {
     {"OOBX_UID_STAGGER_RATE", "7000", "connections per second to a root when staggering", OOBX_SET_INT, S_(stagger_rate)},
     {"OOBX_UID_STAGGER_THRESHOLD", "256", "ranks per root above which ranks stagger their first contact", OOBX_SET_INT, S_(stagger_threshold)},
     {"OOBX_NET_DEVICE", "", "device for the OOB ring on ucx/verbs (UCX device such as mlx5_0:1, or HCA); empty: closest by topology", OOBX_SET_STR, S_(net_device)},
-    {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, ring, bruck", OOBX_SET_STR, S_(allgather_algo)},
+    {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, ring, bruck, tree (auto: ring for large totals; for small ones Bruck, or tree (gather + broadcast, fewer messages) when a host runs more ranks than it has CPUs)", OOBX_SET_STR, S_(allgather_algo)},
     {"OOBX_ALLGATHER_BRUCK_MAX", "65536", "auto picks Bruck while nranks*bytes_per_rank is at most this, else the ring", OOBX_SET_SIZE, S_(bruck_max_bytes)},
     {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes)},
     {"OOBX_SPIN_US", "0", "microseconds to poll without sleeping before blocking on file descriptors", OOBX_SET_INT, S_(spin_us)},
@@ -139,8 +139,9 @@ int oobx_settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
         strcmp(s->transport, "verbs"))
         return oobx_fail(NULL, OOBX_ERR_INVALID, "transport \"%s\" is not one of auto, socket, ucx, verbs",
                          s->transport);
-    if (strcmp(s->allgather_algo, "auto") && strcmp(s->allgather_algo, "ring") && strcmp(s->allgather_algo, "bruck"))
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck",
+    if (strcmp(s->allgather_algo, "auto") && strcmp(s->allgather_algo, "ring") && strcmp(s->allgather_algo, "bruck") &&
+        strcmp(s->allgather_algo, "tree"))
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck, tree",
                          s->allgather_algo);
     if (s->chunk_bytes < 1024) s->chunk_bytes = 1024;
     if (s->stagger_rate <= 0) s->stagger_rate = 7000;

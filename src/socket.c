@@ -88,7 +88,12 @@ typedef struct sk_tp {
     int timeout_ms;
     int retry_pending; /* some peer waits for a reconnect */
     int nstray_dead;   /* dropped strays waiting to be freed */
+    int wake_fd;       /* the core's eventfd, in the epoll set */
+    struct epoll_event slept[64]; /* what the last sleep() saw, for progress() */
+    int nslept;
 } sk_tp_t;
+
+
 
 static sk_tp_t *tp_of(oobx_tp_t *t)
 {
@@ -642,35 +647,61 @@ static void accept_all(sk_tp_t *t)
 
 /* ---- ops ---------------------------------------------------------------------- */
 
+static void handle_events(sk_tp_t *t, struct epoll_event *evs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (evs[i].data.ptr == NULL) {
+            accept_all(t);
+            continue;
+        }
+        if (evs[i].data.ptr == t) {
+            uint64_t v;
+            ssize_t r = read(t->wake_fd, &v, sizeof(v));
+            (void)r;
+            continue;
+        }
+        /* connections are freed only by the sweep at the end of progress(),
+         * so every pointer of this batch is live */
+        sk_conn_t *c = evs[i].data.ptr;
+        uint32_t ev = evs[i].events;
+        switch (c->state) {
+        case SC_HELLO_IN: conn_hello_in(t, c); break;
+        case SC_CONNECTING:
+        case SC_HELLO_OUT: conn_hello_out(t, c, ev); break;
+        case SC_READY:
+            if (ev & EPOLLOUT) conn_flush(t, c);
+            if (c->state == SC_READY && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) conn_read(t, c);
+            break;
+        default: break;
+        }
+    }
+}
+
+static int sk_sleep(oobx_tp_t *tpp, int timeout_ms)
+{
+    sk_tp_t *t = tp_of(tpp);
+    int n = epoll_wait(t->epfd, t->slept, 64, timeout_ms);
+    t->nslept = n > 0 ? n : 0;
+    return 0;
+}
+
 static int sk_progress(oobx_tp_t *tpp)
 {
     sk_tp_t *t = tp_of(tpp);
-    struct epoll_event evs[64];
-    for (;;) {
-        int n = epoll_wait(t->epfd, evs, 64, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        for (int i = 0; i < n; i++) {
-            if (evs[i].data.ptr == NULL) {
-                accept_all(t);
-                continue;
-            }
-            sk_conn_t *c = evs[i].data.ptr;
-            /* c may have been freed by an earlier event of this batch only if it was a stray;
-             * strays are freed from their own event, so each pointer is live here */
-            uint32_t ev = evs[i].events;
-            switch (c->state) {
-            case SC_HELLO_IN: conn_hello_in(t, c); break;
-            case SC_CONNECTING:
-            case SC_HELLO_OUT: conn_hello_out(t, c, ev); break;
-            case SC_READY:
-                if (ev & EPOLLOUT) conn_flush(t, c);
-                if (c->state == SC_READY && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) conn_read(t, c);
-                break;
-            default: break;
-            }
+    if (t->nslept > 0) {
+        /* what sleep() found; anything else ready shows up at the next call */
+        int n = t->nslept;
+        t->nslept = 0;
+        handle_events(t, t->slept, n);
+    } else {
+        struct epoll_event evs[64];
+        for (;;) {
+            int n = epoll_wait(t->epfd, evs, 64, 0);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            handle_events(t, evs, n);
+            if (n < 64) break;
         }
-        if (n < 64) break;
     }
     uint64_t now = oobx_now_ns();
     if (t->retry_pending) {
@@ -876,6 +907,11 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     sock_addr_format(&t->addr, t->name, sizeof(t->name));
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->listen_fd, &e);
+    t->wake_fd = p->wake_fd;
+    if (t->wake_fd >= 0) {
+        struct epoll_event w = {.events = EPOLLIN, .data.ptr = t};
+        epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->wake_fd, &w);
+    }
     *out = &t->base;
     return 0;
 }
@@ -890,6 +926,7 @@ const oobx_tp_ops_t oobx_socket_ops = {
     .send = sk_send,
     .progress = sk_progress,
     .wait_prepare = sk_wait_prepare,
+    .sleep = sk_sleep,
     .peer_name = sk_peer_name,
     .destroy = sk_destroy,
 };

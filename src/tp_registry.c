@@ -97,7 +97,8 @@ int oobx_tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t 
     oobx_log_open(&log, &quiet, "probe");
     oobx_tp_params_t p = {.rank = 0, .nranks = 1, .magic = oobx_random64(), .settings = &quiet, .log = &log,
                           .sink = {.core = NULL, .msg_begin = probe_begin, .msg_end = probe_end,
-                                   .peer_failed = probe_failed}};
+                                   .peer_failed = probe_failed},
+                          .wake_fd = -1};
     oobx_tp_t *tp = NULL;
     rc = ops->create(&p, &tp);
     if (rc != 0) snprintf(why, whylen, "%s", oobx_last_error());

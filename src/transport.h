@@ -64,6 +64,7 @@ typedef struct oobx_tp_params {
     oobx_tp_sink_t sink;
     const void *root_hint;         /* struct sockaddr of root 0 or NULL: interface matching */
     unsigned root_hint_len;
+    int wake_fd;                   /* the core's eventfd: readable when a sleeper must wake */
 } oobx_tp_params_t;
 
 typedef struct oobx_tp oobx_tp_t;
@@ -108,6 +109,13 @@ struct oobx_tp_ops {
      * Returns 0 when sleeping is safe, 1 when progress() has work to do now
      * (then the core calls progress() again instead of sleeping). */
     int (*wait_prepare)(oobx_tp_t *tp, struct pollfd *fds, int max, int *nfds, int *timeout_ms);
+
+    /* Optional (NULL: the core polls the fds of wait_prepare and wake_fd).
+     * Called WITHOUT the endpoint lock, by one thread at a time, right after
+     * wait_prepare returned 0: sleeps up to timeout_ms (-1: no bound) on the
+     * transport's fds and params.wake_fd in one system call, and only records
+     * what woke it, for the next progress() to handle. Touches nothing else. */
+    int (*sleep)(oobx_tp_t *tp, int timeout_ms);
 
     /* Names a peer for messages: "rank 3 (10.0.0.7:41233)". */
     void (*peer_name)(oobx_tp_t *tp, int peer, char *buf, size_t len);
