@@ -783,6 +783,10 @@ int oobx_comm_destroy(oobx_comm_t c)
 {
     if (!c) return 0;
     uint64_t hosted = c->root_magic;
+    pthread_mutex_lock(&c->ep->lock);
+    int shared = c->ep->refs > 1;
+    if (shared) ep_purge_ctx(c->ep, c->ctx);
+    pthread_mutex_unlock(&c->ep->lock);
     ep_release(c->ep);
     comm_free(c);
     root_registry_reap(hosted, hosted ? 200 : 0);

@@ -124,6 +124,9 @@ int ep_set_size(oobx_ep_t *ep, int rank, int nranks);
 typedef int (*ep_done_fn)(void *arg);
 int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns);
 
+/* Drops the queued messages of a communicator that goes away (its endpoint lives on). */
+void ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx);
+
 /* Text for why peer (endpoint rank) failed, or NULL. */
 const char *ep_failed_what(oobx_ep_t *ep, int peer);
 

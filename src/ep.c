@@ -314,6 +314,28 @@ void ep_release(oobx_ep_t *ep)
     free(ep);
 }
 
+void ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx)
+{
+    for (size_t b = 0; b < ep->nbuckets; b++) {
+        for (oobx_mq_t *q = ep->buckets[b], *nq; q; q = nq) {
+            nq = q->next;
+            if (q->ctx != ctx) continue;
+            for (oobx_ux_t *u = q->ux_head, *nu; u; u = nu) {
+                nu = u->next;
+                if (!u->complete) {
+                    u->detached = 1; /* still arriving: freed by msg_end */
+                    continue;
+                }
+                free(u->data);
+                free(u);
+            }
+            q->ux_head = q->ux_tail = NULL;
+            q->rq_head = q->rq_tail = NULL;
+            mq_drop_if_empty(ep, q);
+        }
+    }
+}
+
 const char *ep_failed_what(oobx_ep_t *ep, int peer)
 {
     return peer >= 0 && peer < ep->nranks ? ep->failed_what[peer] : NULL;
