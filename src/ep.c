@@ -95,7 +95,8 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
     if (q && q->rq_head) {
         oobx_rreq_t *r = q->rq_head;
         q->rq_head = r->next;
-        if (!q->rq_head) q->rq_tail = NULL;
+        if (q->rq_head) q->rq_head->prev = NULL;
+        else q->rq_tail = NULL;
         mq_drop_if_empty(ep, q);
         r->next = r->prev = NULL;
         r->msg_len = hdr->len;

@@ -137,8 +137,8 @@ int oobx_settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
     if (s->timeout_ms == 0) s->timeout_ms = 120000;
     if (strcmp(s->transport, "auto") && strcmp(s->transport, "socket") && strcmp(s->transport, "ucx") &&
         strcmp(s->transport, "verbs"))
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "transport \"%s\" is not one of auto, socket, ucx, verbs",
-                         s->transport);
+        return oobx_fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not one of auto, socket, ucx, verbs",
+                         cfg && cfg->transport ? "oobx_config_t.transport" : "OOBX_TRANSPORT", s->transport);
     if (strcmp(s->allgather_algo, "auto") && strcmp(s->allgather_algo, "ring") && strcmp(s->allgather_algo, "bruck") &&
         strcmp(s->allgather_algo, "tree"))
         return oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck, tree",
