@@ -507,22 +507,25 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
     if (!s) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&c->ep->lock);
     rc = ep_isend(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, bytes, s);
-    if (rc == 0) {
+    if (rc == 0 && !s->tp.done) {
         one_req_t o = {NULL, s};
         uint64_t t0 = oobx_now_ns();
         rc = ep_wait(c, one_done, &o, oobx_deadline(c->settings.timeout_ms));
-        char who[160];
-        comm_peer_name(c, peer, who, sizeof(who));
         if (rc != 0) {
+            char who[160];
+            comm_peer_name(c, peer, who, sizeof(who));
             rc = comm_wait_error(c, rc, "oobx_send of %zu bytes (tag %d) from rank %d to %s after %.0f ms", bytes, tag,
                                  c->rank, who, (oobx_now_ns() - t0) / 1e6);
             ep_adopt(c->ep, s);
             s = NULL;
-        } else if (s->tp.status) {
-            const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
-            rc = oobx_fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->rank, who,
-                           why ? why : oobx_strerror(s->tp.status));
         }
+    }
+    if (rc == 0 && s->tp.status) {
+        char who[160];
+        comm_peer_name(c, peer, who, sizeof(who));
+        const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
+        rc = oobx_fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->rank, who,
+                       why ? why : oobx_strerror(s->tp.status));
     }
     pthread_mutex_unlock(&c->ep->lock);
     free(s);
@@ -541,12 +544,16 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
     if (!r) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     char who[160];
     pthread_mutex_lock(&c->ep->lock);
-    comm_peer_name(c, peer, who, sizeof(who));
     rc = ep_irecv(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, capacity, r);
     if (rc == 0) {
-        one_req_t o = {r, NULL};
-        uint64_t t0 = oobx_now_ns();
-        rc = ep_wait(c, one_done, &o, oobx_deadline(c->settings.timeout_ms));
+        uint64_t t0 = 0;
+        if (!r->done) {
+            one_req_t o = {r, NULL};
+            t0 = oobx_now_ns();
+            rc = ep_wait(c, one_done, &o, oobx_deadline(c->settings.timeout_ms));
+        }
+        if (rc != 0 || r->status || (!received && r->received != capacity))
+            comm_peer_name(c, peer, who, sizeof(who)); /* only errors need the name */
         if (rc != 0) {
             rc = comm_wait_error(c, rc, "oobx_recv at rank %d from %s (tag %d, capacity %zu) after %.0f ms", c->rank,
                                  who, tag, capacity, (oobx_now_ns() - t0) / 1e6);

@@ -59,6 +59,8 @@ typedef struct oobx_ep {
     uint64_t gen;   /* bumped after each progress round */
     oobx_mq_t **buckets;
     size_t nbuckets, nqueues;
+    oobx_mq_t *mq_spare; /* freed queues kept for reuse */
+    int nmq_spare;
     /* messages being written by the transport: rreqs and uxs, for peer failures */
     void **inflight;
     size_t ninflight, capinflight;

@@ -33,8 +33,14 @@ static oobx_mq_t *mq_find(oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, u
     for (oobx_mq_t *q = ep->buckets[b]; q; q = q->next)
         if (q->ctx == ctx && q->tag == tag && q->src == src && q->kind == kind) return q;
     if (!create) return NULL;
-    oobx_mq_t *q = calloc(1, sizeof(*q));
-    if (!q) return NULL;
+    oobx_mq_t *q = ep->mq_spare;
+    if (q) {
+        ep->mq_spare = q->next;
+        ep->nmq_spare--;
+        memset(q, 0, sizeof(*q));
+    } else if (!(q = calloc(1, sizeof(*q)))) {
+        return NULL;
+    }
     q->ctx = ctx;
     q->tag = tag;
     q->src = src;
@@ -52,8 +58,14 @@ static void mq_drop_if_empty(oobx_ep_t *ep, oobx_mq_t *q)
     for (oobx_mq_t **pp = &ep->buckets[b]; *pp; pp = &(*pp)->next)
         if (*pp == q) {
             *pp = q->next;
-            free(q);
             ep->nqueues--;
+            if (ep->nmq_spare < 64) { /* keyed queues come and go with every message */
+                q->next = ep->mq_spare;
+                ep->mq_spare = q;
+                ep->nmq_spare++;
+            } else {
+                free(q);
+            }
             return;
         }
 }
@@ -301,6 +313,11 @@ void ep_release(oobx_ep_t *ep)
         } else if (!u->is_ux) {
             free(((oobx_rreq_t *)ep->inflight[i])->discard);
         }
+    }
+    while (ep->mq_spare) {
+        oobx_mq_t *q = ep->mq_spare;
+        ep->mq_spare = q->next;
+        free(q);
     }
     free(ep->inflight);
     free(ep->buckets);

@@ -228,6 +228,27 @@ static int peer_connect(sk_tp_t *t, int peer)
     return 0;
 }
 
+/* Queues sends to peer on a connection that first waits delay_ms (for the
+ * peer to connect to us), then connects through the retry path. */
+static int peer_connect_later(sk_tp_t *t, int peer, int delay_ms)
+{
+    sk_peer_t *pp = &t->peers[peer];
+    sk_conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return OOBX_ERR_NOMEM;
+    c->fd = -1;
+    c->peer = peer;
+    c->outgoing = 1;
+    c->state = SC_RETRY;
+    c->next_all = t->conns;
+    if (t->conns) t->conns->prev_all = c;
+    t->conns = c;
+    pp->conn = c;
+    pp->first_try = oobx_now_ns();
+    pp->retry_at = pp->first_try + (uint64_t)delay_ms * 1000000ull;
+    t->retry_pending = 1;
+    return 0;
+}
+
 /* A connection attempt to c's peer failed with err: retry later, or give up. */
 static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
 {
@@ -328,6 +349,39 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
     if (pp->failed) {
         peer_describe(t, peer, who, sizeof(who));
         return oobx_fail(t->log, OOBX_ERR_REMOTE, "socket: %s failed earlier; cannot send to it", who);
+    }
+    sk_conn_t *rc_ = pp->conn;
+    if (rc_ && rc_->state == SC_READY && !rc_->sq_head) {
+        /* the common case: an idle connection takes the whole message at once */
+        unsigned char h[OOBX_MSGHDR_BYTES];
+        oobx_msghdr_encode(hdr, h);
+        struct iovec iov[2] = {{h, OOBX_MSGHDR_BYTES}, {(void *)payload, hdr->len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = hdr->len ? 2 : 1};
+        ssize_t w = sendmsg(rc_->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w == (ssize_t)(OOBX_MSGHDR_BYTES + hdr->len)) {
+            req->status = 0;
+            req->done = 1;
+            return 0;
+        }
+        if (w > 0 || (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+            sk_send_t *s = malloc(sizeof(*s));
+            if (!s) {
+                if (w > 0) conn_fail(t, rc_, OOBX_ERR_NOMEM, "out of memory in the middle of a message");
+                return OOBX_ERR_NOMEM;
+            }
+            memcpy(s->hdr, h, OOBX_MSGHDR_BYTES);
+            s->payload = payload;
+            s->len = hdr->len;
+            s->off = w > 0 ? (size_t)w : 0;
+            s->req = req;
+            s->next = NULL;
+            req->done = 0;
+            req->status = 0;
+            rc_->sq_head = rc_->sq_tail = s;
+            conn_set_events(t, rc_);
+            return 0;
+        }
+        /* a hard error: the queued path below reports it through conn_flush */
     }
     sk_send_t *s = malloc(sizeof(*s));
     if (!s) return OOBX_ERR_NOMEM;
@@ -490,11 +544,37 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
 
 /* ---- hello ---------------------------------------------------------------------- */
 
+/* An inbound connection from a peer replaces our own attempt to reach it
+ * while that attempt has carried no data yet (it waits to retry, or, when the
+ * peer has the lower rank, is still connecting): one connection per pair, so
+ * each side's ACKs ride on the other's data, and nothing is reordered because
+ * nothing was sent on the attempt. */
+static void conn_take_over(sk_tp_t *t, sk_conn_t *in, sk_peer_t *pp)
+{
+    sk_conn_t *out = pp->conn;
+    int idle = out->state == SC_RETRY ||
+               (in->peer < t->rank && (out->state == SC_CONNECTING || out->state == SC_HELLO_OUT));
+    if (!idle) return;
+    in->sq_head = out->sq_head;
+    in->sq_tail = out->sq_tail;
+    out->sq_head = out->sq_tail = NULL;
+    if (out->fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, out->fd, NULL);
+        close(out->fd);
+        out->fd = -1;
+    }
+    out->state = SC_DEAD;
+    out->peer = -1; /* freed by the sweep */
+    t->nstray_dead++;
+    pp->conn = in;
+}
+
 static void conn_ready(sk_tp_t *t, sk_conn_t *c)
 {
     c->state = SC_READY;
     sk_peer_t *pp = &t->peers[c->peer];
     if (!pp->conn) pp->conn = c;
+    else if (pp->conn != c && !c->outgoing) conn_take_over(t, c, pp);
     pp->tries = 0;
     if (c->sq_head) conn_flush(t, c);
     conn_set_events(t, c);
@@ -518,6 +598,17 @@ static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
 {
     ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        if (c->hello_n == 0 && n == 0) {
+            /* a clean close before any byte: a peer that gave up a duplicate connection, or a port probe */
+            OOBX_DEBUG(t->log, "socket %s: %s closed without a hello", t->name, c->name);
+            t->npending--;
+            epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            close(c->fd);
+            c->fd = -1;
+            c->state = SC_DEAD;
+            t->nstray_dead++;
+            return;
+        }
         conn_drop_stray(t, c, c->hello_n ? "closed in the middle of its hello" : "closed without a hello");
         return;
     }
@@ -816,9 +907,15 @@ static int sk_ring(oobx_tp_t *tpp, int prev, int next)
 {
     sk_tp_t *t = tp_of(tpp);
     (void)prev;
+    if (next < 0 || next == t->rank || t->peers[next].conn) return 0;
+    if (t->nranks == 2 && t->rank == 1) {
+        /* rank 0 connects to us as its successor: wait a moment for that
+         * connection instead of opening a second one */
+        int rc = peer_connect_later(t, next, 1000);
+        return rc;
+    }
     /* connect the successor now, so that a dead or unreachable one shows up during init */
-    if (next >= 0 && next != t->rank && !t->peers[next].conn) return peer_connect(t, next);
-    return 0;
+    return peer_connect(t, next);
 }
 
 static void sk_peer_name(oobx_tp_t *tpp, int peer, char *buf, size_t len)
