@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -243,9 +244,15 @@ oobx_comm_t harness_comm_init_or_die(harness_rank_t *r)
 
 /* ---- the parent ---------------------------------------------------------------- */
 
-static void child_main(harness_job_t *job, int rank)
+static void child_main(harness_job_t *job, int rank, const int go[2])
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* wait until every rank is forked: see harness_job_start */
+    close(go[1]);
+    char c;
+    while (read(go[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    close(go[0]);
     /* cmocka's handlers would longjmp a crashing rank back into the test
      * loop of the parent's copy: a crash must end the rank instead. */
     static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS, SIGABRT};
@@ -357,14 +364,25 @@ int harness_job_start(harness_job_t *job, const harness_job_opts_t *o)
         }
     }
 
+    /* The ranks start together once all are forked. Until then no rank has
+     * contacted the roots, so their threads in this process sit idle in
+     * poll() while it forks: a thread busy in an allocator during a fork
+     * leaves its lock held in the child (glibc's malloc guards against that,
+     * the sanitizers' allocators do not). */
+    int go[2];
+    if (pipe2(go, O_CLOEXEC) != 0) {
+        snprintf(job->msg, sizeof job->msg, "%s: pipe: %s", job->o.name, strerror(errno));
+        return -1;
+    }
     fflush(stdout);
     fflush(stderr);
-    job->start_ns = now_ns();
     for (int i = 0; i < n; i++) {
         pid_t pid = fork();
         if (pid < 0) {
             snprintf(job->msg, sizeof job->msg, "%s: fork of rank %d: %s", job->o.name, i,
                      strerror(errno));
+            close(go[0]);
+            close(go[1]);
             for (int j = 0; j < i; j++) kill(job->pids[j], SIGKILL);
             for (int j = 0; j < i; j++) {
                 waitpid(job->pids[j], &job->status[j], 0);
@@ -372,10 +390,13 @@ int harness_job_start(harness_job_t *job, const harness_job_opts_t *o)
             }
             return -1;
         }
-        if (pid == 0) child_main(job, i);
+        if (pid == 0) child_main(job, i, go);
         job->pids[i] = pid;
         job->pidfds[i] = (int)syscall(SYS_pidfd_open, pid, 0);
     }
+    close(go[0]);
+    job->start_ns = now_ns();
+    close(go[1]); /* go */
     return 0;
 }
 
