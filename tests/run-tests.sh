@@ -36,6 +36,13 @@ unset OOBX_COMM_ID OOBX_RANK OOBX_NRANKS OOBX_TRANSPORT UCX_TLS
 
 logdir=$build/tests/logs
 mkdir -p "$logdir"
+# one run per build directory at a time: two runs would share the logs and
+# the ports of the machine
+exec 9>"$logdir/.lock"
+if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+    echo "run-tests.sh: another test run of $build is in progress; waiting for it" >&2
+    flock 9
+fi
 total_pass=0 total_fail=0 total_skip=0
 failed_suites=()
 started=$(date +%s)
