@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -244,6 +245,8 @@ oobx_comm_t harness_comm_init_or_die(harness_rank_t *r)
 
 /* ---- the parent ---------------------------------------------------------------- */
 
+static void quiesce_threads(int max_ms);
+
 static void child_main(harness_job_t *job, int rank, const int go[2])
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -369,6 +372,7 @@ int harness_job_start(harness_job_t *job, const harness_job_opts_t *o)
      * poll() while it forks: a thread busy in an allocator during a fork
      * leaves its lock held in the child (glibc's malloc guards against that,
      * the sanitizers' allocators do not). */
+    quiesce_threads(200);
     int go[2];
     if (pipe2(go, O_CLOEXEC) != 0) {
         snprintf(job->msg, sizeof job->msg, "%s: pipe: %s", job->o.name, strerror(errno));
@@ -490,6 +494,41 @@ static size_t append(char *buf, size_t len, size_t off, const char *fmt, ...)
     va_end(ap);
     if (k < 0) return off;
     return off + (size_t)k >= len ? len - 1 : off + (size_t)k;
+}
+
+/* Waits (at most max_ms) until every other thread of this process sleeps,
+ * twice in a row: root threads that were just started may still be setting
+ * themselves up (allocating) and a fork at that moment would copy a held
+ * allocator lock into the child. glibc's malloc is safe against that, the
+ * sanitizers' allocators are not. */
+static void quiesce_threads(int max_ms)
+{
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    int calm = 0;
+    for (int waited = 0; waited < max_ms && calm < 2; waited++) {
+        int busy = 0;
+        DIR *d = opendir("/proc/self/task");
+        if (!d) return;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.' || atoi(e->d_name) == self) continue;
+            char path[300], buf[512];
+            snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            size_t k = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[k] = 0;
+            const char *rp = strrchr(buf, ')');
+            if (rp && rp[1] == ' ' && rp[2] != 'S') busy = 1;
+        }
+        closedir(d);
+        calm = busy ? 0 : calm + 1;
+        if (calm < 2) {
+            struct timespec ts = {0, 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* Where are the stuck ranks? The stacks of the first two, when gdb is there
