@@ -537,7 +537,7 @@ int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_n
              * ready, so one system call both waits and finds the work. */
             struct pollfd fds[16];
             int nfds = 0;
-            int ms = oobx_ms_left(deadline_ns, c->user_abort ? 50 : 1000);
+            int ms = oobx_ms_left(deadline_ns, c->user_abort ? 50 : -1);
             int busy = tp->ops->wait_prepare(tp, fds + 1, 15, &nfds, &ms);
             if (!busy && tp->ops->sleep) {
                 pthread_mutex_unlock(&ep->lock);
