@@ -775,12 +775,10 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
 int oobx_comm_abort(oobx_comm_t c)
 {
     if (!c) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_abort: communicator is NULL");
-    atomic_store(&c->aborted, 1);
-    /* wake the thread that sleeps in poll() and those on the condition */
-    uint64_t one = 1;
-    ssize_t w = write(c->ep->wake_fd, &one, sizeof(one));
-    (void)w;
+    /* under the lock, so that the sleeper either sees the flag or gets the wake-up */
     pthread_mutex_lock(&c->ep->lock);
+    atomic_store(&c->aborted, 1);
+    ep_wake(c->ep);
     pthread_cond_broadcast(&c->ep->cond);
     pthread_mutex_unlock(&c->ep->lock);
     return 0;

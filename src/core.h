@@ -55,7 +55,8 @@ typedef struct oobx_ep {
     oobx_tp_t *tp;
     int rank, nranks;
     int poller;     /* a thread sleeps in poll() for everyone */
-    int wake_fd;    /* eventfd: wakes that thread */
+    int wake_fd;    /* timerfd: wakes that thread (at once, or at the deadline) */
+    uint64_t timer_at; /* the deadline wake_fd is armed for, 0: none */
     uint64_t gen;   /* bumped after each progress round */
     oobx_mq_t **buckets;
     size_t nbuckets, nqueues;
@@ -116,6 +117,8 @@ int ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *b
  * transport may still write into it: then its memory (and its buffer) must
  * be handed to ep_adopt instead of freed. */
 int ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *req);
+/* Wakes the thread sleeping for the endpoint (lock held). */
+void ep_wake(oobx_ep_t *ep);
 /* The endpoint frees p when it goes away. */
 void ep_adopt(oobx_ep_t *ep, void *p);
 int ep_set_size(oobx_ep_t *ep, int rank, int nranks);

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -264,9 +264,12 @@ int ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out)
     ep->spin_us = s->spin_us;
     ep->nbuckets = 1024;
     ep->buckets = calloc(ep->nbuckets, sizeof(*ep->buckets));
-    ep->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    /* One timerfd is both the wake-up (armed to expire at once) and the
+     * deadline timer (armed at the earliest deadline), so a sleeper needs no
+     * timeout of its own and the kernel arms no timer per sleep. */
+    ep->wake_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (!ep->buckets || ep->wake_fd < 0) {
-        int rc = ep->wake_fd < 0 ? oobx_fail(log, OOBX_ERR_SYSTEM, "eventfd: %s", strerror(errno)) : OOBX_ERR_NOMEM;
+        int rc = ep->wake_fd < 0 ? oobx_fail(log, OOBX_ERR_SYSTEM, "timerfd_create: %s", strerror(errno)) : OOBX_ERR_NOMEM;
         ep_release(ep);
         return rc;
     }
@@ -361,13 +364,29 @@ const char *ep_failed_what(oobx_ep_t *ep, int peer)
 
 /* ---- posting ---- */
 
+void ep_wake(oobx_ep_t *ep)
+{
+    struct itimerspec now = {.it_value = {.tv_sec = 0, .tv_nsec = 1}};
+    timerfd_settime(ep->wake_fd, 0, &now, NULL);
+    ep->timer_at = 0; /* the deadline timer was replaced */
+}
+
+/* Makes sure the timerfd expires no later than deadline_ns. Arming resets a
+ * pending wake-up, which is safe because wakers hold the lock too and the
+ * caller looks at its conditions after this, before it sleeps. */
+static void ep_arm(oobx_ep_t *ep, uint64_t deadline_ns)
+{
+    uint64_t now = oobx_now_ns();
+    if (ep->timer_at != 0 && ep->timer_at > now && ep->timer_at <= deadline_ns) return;
+    struct itimerspec at = {.it_value = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+                                         .tv_nsec = (long)(deadline_ns % 1000000000ull)}};
+    timerfd_settime(ep->wake_fd, TFD_TIMER_ABSTIME, &at, NULL);
+    ep->timer_at = deadline_ns;
+}
+
 static void wake_poller(oobx_ep_t *ep)
 {
-    if (ep->poller) {
-        uint64_t one = 1;
-        ssize_t w = write(ep->wake_fd, &one, sizeof(one));
-        (void)w;
-    }
+    if (ep->poller) ep_wake(ep);
 }
 
 int ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
@@ -537,8 +556,11 @@ int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_n
              * ready, so one system call both waits and finds the work. */
             struct pollfd fds[16];
             int nfds = 0;
-            int ms = oobx_ms_left(deadline_ns, c->user_abort ? 50 : -1);
+            int ms = -1;
+            if (c->user_abort) ms = oobx_ms_left(deadline_ns, 50); /* nobody tells us when it changes */
+            else if (deadline_ns != UINT64_MAX) ep_arm(ep, deadline_ns);
             int busy = tp->ops->wait_prepare(tp, fds + 1, 15, &nfds, &ms);
+            if (!busy && (done(arg) || cancel_check(c))) busy = 1; /* arming may have eaten a wake-up */
             if (!busy && tp->ops->sleep) {
                 pthread_mutex_unlock(&ep->lock);
                 tp->ops->sleep(tp, ms);
