@@ -64,7 +64,7 @@ typedef struct oobx_tp_params {
     oobx_tp_sink_t sink;
     const void *root_hint;         /* struct sockaddr of root 0 or NULL: interface matching */
     unsigned root_hint_len;
-    int wake_fd;                   /* the core's eventfd: readable when a sleeper must wake */
+    int wake_fd;                   /* the core's wake-up fd (a timerfd): readable when a sleeper must wake; read 8 bytes to clear */
 } oobx_tp_params_t;
 
 typedef struct oobx_tp oobx_tp_t;
