@@ -149,6 +149,20 @@ static void conn_free(sk_tp_t *t, sk_conn_t *c)
     free(c);
 }
 
+/* Closes c and leaves it to the sweep at the end of progress(), so that
+ * events of the same batch never see freed memory. */
+static void conn_retire(sk_tp_t *t, sk_conn_t *c)
+{
+    if (c->fd >= 0) {
+        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        close(c->fd);
+        c->fd = -1;
+    }
+    c->state = SC_DEAD;
+    c->peer = -1;
+    t->nstray_dead++;
+}
+
 static void peer_describe(sk_tp_t *t, int peer, char *buf, size_t len)
 {
     char a[96] = "address unknown";
@@ -478,12 +492,7 @@ static int conn_close_one_of_many(sk_tp_t *t, sk_conn_t *c)
         if (c->sq_head) return 0; /* what was queued on it is lost: a real failure */
         pp->conn = other;
     }
-    epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
-    c->fd = -1;
-    c->state = SC_DEAD;
-    c->peer = -1; /* freed by the sweep */
-    t->nstray_dead++;
+    conn_retire(t, c);
     return 1;
 }
 
@@ -558,14 +567,7 @@ static void conn_take_over(sk_tp_t *t, sk_conn_t *in, sk_peer_t *pp)
     in->sq_head = out->sq_head;
     in->sq_tail = out->sq_tail;
     out->sq_head = out->sq_tail = NULL;
-    if (out->fd >= 0) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, out->fd, NULL);
-        close(out->fd);
-        out->fd = -1;
-    }
-    out->state = SC_DEAD;
-    out->peer = -1; /* freed by the sweep */
-    t->nstray_dead++;
+    conn_retire(t, out);
     pp->conn = in;
 }
 
@@ -580,17 +582,13 @@ static void conn_ready(sk_tp_t *t, sk_conn_t *c)
     conn_set_events(t, c);
 }
 
-/* Closes an unidentified inbound connection; it is freed by the sweep at the
- * end of progress(), so that events of the same batch never see freed memory. */
-static void conn_drop_stray(sk_tp_t *t, sk_conn_t *c, const char *why)
+/* Closes an unidentified inbound connection; warn is 0 for a clean close. */
+static void conn_drop_stray(sk_tp_t *t, sk_conn_t *c, const char *why, int warn)
 {
-    if (oobx_ratelimit_ok(&t->stray_rl)) OOBX_WARN(t->log, "socket %s: dropped %s: %s", t->name, c->name, why);
+    if (warn && oobx_ratelimit_ok(&t->stray_rl)) OOBX_WARN(t->log, "socket %s: dropped %s: %s", t->name, c->name, why);
+    else OOBX_DEBUG(t->log, "socket %s: dropped %s: %s", t->name, c->name, why);
     t->npending--;
-    epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
-    c->fd = -1;
-    c->state = SC_DEAD;
-    t->nstray_dead++;
+    conn_retire(t, c);
 }
 
 /* Inbound: read the connector's hello, check it, answer with ours. */
@@ -598,18 +596,9 @@ static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
 {
     ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        if (c->hello_n == 0 && n == 0) {
-            /* a clean close before any byte: a peer that gave up a duplicate connection, or a port probe */
-            OOBX_DEBUG(t->log, "socket %s: %s closed without a hello", t->name, c->name);
-            t->npending--;
-            epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-            close(c->fd);
-            c->fd = -1;
-            c->state = SC_DEAD;
-            t->nstray_dead++;
-            return;
-        }
-        conn_drop_stray(t, c, c->hello_n ? "closed in the middle of its hello" : "closed without a hello");
+        /* a clean close before any byte is a peer that gave up a duplicate connection, or a port probe */
+        conn_drop_stray(t, c, c->hello_n ? "closed in the middle of its hello" : "closed without a hello",
+                        c->hello_n != 0 || n != 0);
         return;
     }
     if (n < 0) return;
@@ -632,7 +621,7 @@ static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
         snprintf(why, sizeof(why), "says rank %d of %d; this communicator has %d ranks", h.rank, h.nranks, t->nranks);
     }
     if (rc != 0) {
-        conn_drop_stray(t, c, why);
+        conn_drop_stray(t, c, why, 1);
         return;
     }
     c->peer = h.rank;
@@ -722,7 +711,7 @@ static void accept_all(sk_tp_t *t)
             sk_conn_t *oldest = NULL;
             for (sk_conn_t *c = t->conns; c; c = c->next_all)
                 if (c->state == SC_HELLO_IN && c->peer < 0) oldest = c;
-            if (oldest) conn_drop_stray(t, oldest, "too many connections without a hello");
+            if (oldest) conn_drop_stray(t, oldest, "too many connections without a hello", 1);
         }
         sock_set_nodelay(fd);
         sk_conn_t *c = conn_new(t, fd, 0, -1);
@@ -812,7 +801,7 @@ static int sk_progress(oobx_tp_t *tpp)
         for (sk_conn_t *c = t->conns, *nx; c; c = nx) {
             nx = c->next_all;
             if (c->state == SC_HELLO_IN && c->peer < 0 && now >= c->deadline)
-                conn_drop_stray(t, c, "no hello within 10 s");
+                conn_drop_stray(t, c, "no hello within 10 s", 1);
         }
     }
     if (t->nstray_dead > 0) {
