@@ -420,6 +420,14 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
             rc = oobx_fail(NULL, rc, "OOBX_COMM_ID entry %d: %s", i, why);
             break;
         }
+        for (int k = 0; k < i; k++)
+            if (sock_addr_len(&roots[k].addr) == sock_addr_len(&roots[i].addr) &&
+                !memcmp(&roots[k].addr, &roots[i].addr, sock_addr_len(&roots[i].addr))) {
+                rc = oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %s twice (entries %d and %d): every root needs its own address",
+                               tok, k, i);
+                break;
+            }
+        if (rc != 0) break;
         roots[i].magic = oobx_mix64(magic, (uint64_t)i);
         if (rank == root_first_rank(i, nranks, nids)) {
             root_handle_t h;
