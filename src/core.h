@@ -57,7 +57,6 @@ typedef struct oobx_ep {
     int poller;     /* a thread sleeps in poll() for everyone */
     int wake_fd;    /* timerfd: wakes that thread (at once, or at the deadline) */
     uint64_t timer_at; /* the deadline wake_fd is armed for, 0: none */
-    uint64_t gen;   /* bumped after each progress round */
     oobx_mq_t **buckets;
     size_t nbuckets, nqueues;
     oobx_mq_t *mq_spare; /* freed queues kept for reuse */

@@ -580,7 +580,6 @@ int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_n
             tp->ops->progress(tp);
         }
         ep->poller = 0;
-        ep->gen++;
         pthread_cond_broadcast(&ep->cond);
     }
 }
