@@ -104,7 +104,8 @@ static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
 {
     if (c->fd < 0) return;
     uint32_t ev = EPOLLIN;
-    if (c->state == SC_CONNECTING || c->state == SC_HELLO_OUT || (c->state == SC_READY && c->sq_head)) ev |= EPOLLOUT;
+    /* a hello goes out in one send: HELLO_OUT only waits for the answer */
+    if (c->state == SC_CONNECTING || (c->state == SC_READY && c->sq_head)) ev |= EPOLLOUT;
     if (ev == c->ev) return;
     struct epoll_event e = {.events = ev, .data.ptr = c};
     epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &e);
@@ -591,19 +592,29 @@ static void conn_drop_stray(sk_tp_t *t, sk_conn_t *c, const char *why, int warn)
     conn_retire(t, c);
 }
 
+enum { HELLO_PARTIAL, HELLO_DONE, HELLO_CLOSED, HELLO_BROKEN };
+
+/* Reads what there is of the other side's hello into c->hello. */
+static int conn_hello_read(sk_conn_t *c)
+{
+    ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
+    if (n == 0) return HELLO_CLOSED;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? HELLO_PARTIAL : HELLO_BROKEN;
+    c->hello_n += (size_t)n;
+    return c->hello_n == OOBX_HELLO_BYTES ? HELLO_DONE : HELLO_PARTIAL;
+}
+
 /* Inbound: read the connector's hello, check it, answer with ours. */
 static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
 {
-    ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    int got = conn_hello_read(c);
+    if (got == HELLO_PARTIAL) return;
+    if (got != HELLO_DONE) {
         /* a clean close before any byte is a peer that gave up a duplicate connection, or a port probe */
         conn_drop_stray(t, c, c->hello_n ? "closed in the middle of its hello" : "closed without a hello",
-                        c->hello_n != 0 || n != 0);
+                        c->hello_n != 0 || got != HELLO_CLOSED);
         return;
     }
-    if (n < 0) return;
-    c->hello_n += (size_t)n;
-    if (c->hello_n < OOBX_HELLO_BYTES) return;
     oobx_hello_t h;
     char why[200];
     int rc = oobx_hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
@@ -658,13 +669,11 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
         c->state = SC_HELLO_OUT;
         c->hello_n = 0;
         conn_set_events(t, c);
-        c->ev = EPOLLIN; /* wait for the answer only */
-        struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
-        epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &e);
         return;
     }
-    ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    int got = conn_hello_read(c);
+    if (got == HELLO_PARTIAL) return;
+    if (got != HELLO_DONE) {
         /* refused by the other side: wrong job behind that port, or it is going away */
         char who[160], what[400];
         peer_describe(t, c->peer, who, sizeof(who));
@@ -674,9 +683,6 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
         conn_fail(t, c, OOBX_ERR_REMOTE, what);
         return;
     }
-    if (n < 0) return;
-    c->hello_n += (size_t)n;
-    if (c->hello_n < OOBX_HELLO_BYTES) return;
     oobx_hello_t h;
     char why[200];
     int rc = oobx_hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
