@@ -7,8 +7,8 @@
 #
 # check      unit tests, fuzz regression over the corpus, the conformance
 #            suite once per transport variant (UCX ones when liboobx-ucx.so is
-#            built, unless OOBX_TEST_UCX=0), the fault suite (also over UCX/tcp
-#            with OOBX_TEST_UCX=1)
+#            built, unless OOBX_TEST_UCX=0), the fault suite (also over the
+#            three UCX variants, unless OOBX_TEST_UCX=0)
 # check-san  the same at OOBX_TEST_SCALE=small (for SAN=address|undefined builds)
 # long       the conformance and fault suites at OOBX_TEST_SCALE=long
 #
@@ -147,8 +147,10 @@ else
 fi
 if [ -x "$fault" ]; then
     suite fault-socket "$fault_deadline" OOBX_TRANSPORT=socket -- "$fault"
-    if [ -e "$build/lib/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-0}" = 1 ]; then
+    if [ -e "$build/lib/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
         suite fault-ucx-tcp "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp -- "$fault"
+        suite fault-ucx-shm "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self -- "$fault"
+        suite fault-ucx-default "$fault_deadline" OOBX_TRANSPORT=ucx -- "$fault"
     fi
 else
     echo "==== fault: $fault not built"

@@ -220,6 +220,7 @@ struct ucx_tp {
     int fail_pending;       /* a peer failed and is not reported yet */
     int fatal;              /* the endpoint is unusable */
     int ring_mode;          /* UCX_RING_* */
+    int ctx_shm;            /* the context has a shared-memory transport (posix, sysv, xpmem) */
     ucx_ring_rx_t rrx;
     ucx_ring_tx_t rtx;
     oobx_ratelimit_t rl;
@@ -302,6 +303,24 @@ static void ucx_peer_watch(ucx_tp_t *tp, int peer)
     tp->nwatch++;
 }
 
+/* Whether the context has a shared-memory transport for active messages
+ * (from UCX's own description of its resources: 1.13 has no query). */
+static int ucx_ctx_has_shm(ucp_context_h ctx)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return 1;
+    ucp_context_print_info(ctx, f);
+    fclose(f);
+    int shm = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line && !shm; line = strtok_r(NULL, "\n", &save))
+        shm = strstr(line, "resource") && (strstr(line, " posix/") || strstr(line, " sysv/") || strstr(line, " xpmem/"));
+    free(text);
+    return shm;
+}
+
 static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
@@ -310,9 +329,11 @@ static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
     /* UCX 1.13's shared-memory transports have no peer failure handling, and
      * an endpoint that asks for it is built without them (tcp only, or nothing
      * under UCX_TLS=posix,self). So a peer on this host gets an endpoint
-     * without error handling, and its death is seen from its pid; a peer on
-     * another host gets UCX's error handling (keepalive, connection errors). */
-    int same_host = strcmp(p->host, tp->host) == 0;
+     * without error handling when the context has shared memory, and its
+     * death is seen from its pid; any other peer gets UCX's error handling
+     * (keepalive, connection errors), which also keeps UCX from reporting a
+     * peer that closed first as an error in the flush at destroy. */
+    int same_host = strcmp(p->host, tp->host) == 0 && tp->ctx_shm;
     ucp_ep_params_t ep_params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
         .address = p->addr,
@@ -339,7 +360,7 @@ static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
                       peer, p->host, p->pid, ucs_status_string(st));
         return NULL;
     }
-    if (same_host) ucx_peer_watch(tp, peer);
+    if (strcmp(p->host, tp->host) == 0) ucx_peer_watch(tp, peer);
     if (tp->log && tp->log->level >= OOBX_LOG_TRACE) {
         char *text = NULL;
         size_t n = 0;
@@ -1479,6 +1500,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_SERIALIZED,
     };
+    tp->ctx_shm = ucx_ctx_has_shm(tp->ctx);
     st = ucp_worker_create(tp->ctx, &wp, &tp->worker);
     if (st != UCS_OK) {
         tp->worker = NULL;

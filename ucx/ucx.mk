@@ -7,8 +7,6 @@ $(OBJDIR)/ucx/%.o: CPPFLAGS += $(shell $(PKG_CONFIG) --cflags ucx)
 $(UCX_SO): $(UCX_OBJ) $(LIBOOBX_SO)
 	$(CC) -shared -o $@ $(UCX_OBJ) $(LDFLAGS) -L$(LIBDIR) -Wl,-rpath,'$$ORIGIN' -loobx $(shell $(PKG_CONFIG) --libs ucx)
 ALL_TARGETS += $(UCX_SO)
-check-ucx:
-	@OOBX_TEST_UCX=1 bash tests/run-tests.sh $(BUILD) check
 # the transport's own test under each UCX transport selection (loopback only)
 UCX_UNIT_TLS := tcp posix,self sysv,self cma,tcp,self default
 check-ucx-unit: $(BUILD)/tests/unit/test_ucx_tp $(BUILD)/tests/unit/test_ringbuf
@@ -18,7 +16,7 @@ check-ucx-unit: $(BUILD)/tests/unit/test_ucx_tp $(BUILD)/tests/unit/test_ringbuf
 	    if [ $$tls = default ]; then unset UCX_TLS; else export UCX_TLS=$$tls; fi; \
 	    UCX_NET_DEVICES=lo timeout -k 5 300 $(BUILD)/tests/unit/test_ucx_tp; \
 	done
-.PHONY: check-ucx check-ucx-unit
+.PHONY: check-ucx-unit
 else
 $(info oobx: UCX not found (pkg-config ucx) or ucx/ empty; the UCX transport is not built)
 endif

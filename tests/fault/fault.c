@@ -710,6 +710,7 @@ static int rank_cycles(harness_rank_t *r)
     int fd0 = -1, fdh = -1;
     long rss0 = -1, rssh = -1;
     size_t heap0 = 0, heaph = 0;
+    char transport[16] = "";
     double t0 = harness_now();
     for (int k = 0; k < ctl->count; k++) {
         if (k == warm) {
@@ -732,6 +733,7 @@ static int rank_cycles(harness_rank_t *r)
         unsigned char buf[4 * 16];
         harness_fill(buf + r->rank * 16, 16, r->rank, (unsigned)k);
         H_OK(r, oobx_allgather(c, buf, 16));
+        snprintf(transport, sizeof transport, "%s", oobx_comm_transport(c));
         H_OK(r, oobx_comm_destroy(c));
     }
     /* roots of the last cycles may still be winding down */
@@ -754,7 +756,14 @@ static int rank_cycles(harness_rank_t *r)
     /* heap growth (not meaningful under AddressSanitizer, which replaces malloc) */
     /* one-off growth (a malloc arena for a new thread) is not a leak; growth in
      * both halves is */
-    if (heap0 > 0 && heaph > heap0 + 16 * 1024 && heap1 > heaph + 16 * 1024)
+    /* UCX itself keeps some memory per ucp_init/ucp_cleanup cycle (a bare
+     * init, worker, endpoint, cleanup loop grows by 74-144 B per cycle with
+     * UCX 1.13, more with endpoints to other processes); our own frees are
+     * checked by LeakSanitizer in the SAN=address run. So over UCX the bound
+     * is per cycle: 1 KiB. */
+    size_t allow = 16 * 1024;
+    if (!strcmp(transport, "ucx") && (size_t)(half - warm) * 1024 > allow) allow = (size_t)(half - warm) * 1024;
+    if (heap0 > 0 && heaph > heap0 + allow && heap1 > heaph + allow)
         H_FAIL(r, "heap grows with init/destroy cycles: %zu B after %d warm-up cycles, %zu B at cycle %d, %zu B after "
                   "%d (%zu B per cycle)",
                heap0, warm, heaph, half, heap1, ctl->count, (heap1 - heap0) / (size_t)cycles);
