@@ -83,6 +83,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
     int n = 0;
     if (!strcmp(want, "auto")) {
         order[n++] = "ucx";
+        order[n++] = "verbs";
         order[n++] = "socket";
     } else {
         order[n++] = want;

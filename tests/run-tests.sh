@@ -8,7 +8,9 @@
 # check      unit tests, fuzz regression over the corpus, the conformance
 #            suite once per transport variant (UCX ones when liboobx-ucx.so is
 #            built, unless OOBX_TEST_UCX=0), the fault suite (also over the
-#            three UCX variants, unless OOBX_TEST_UCX=0)
+#            three UCX variants, unless OOBX_TEST_UCX=0); both suites over
+#            verbs when liboobx-verbs.so is built (on the emulated device when
+#            the host has no RDMA device; OOBX_TEST_VERBS=0 leaves them out)
 # check-san  the same at OOBX_TEST_SCALE=small (for SAN=address|undefined builds)
 # long       the conformance and fault suites at OOBX_TEST_SCALE=long
 #
@@ -114,6 +116,19 @@ if [ "$mode" != long ]; then
     done
 fi
 
+# the verbs transport: on a real RDMA device when the host has one, else on
+# the emulated device (verbs/emu/, preloaded in front of libibverbs/librdmacm)
+verbs_name= verbs_env=()
+if [ -e "$build/lib/liboobx-verbs.so" ] && [ "${OOBX_TEST_VERBS:-}" != 0 ]; then
+    if compgen -G "/sys/class/infiniband/*" >/dev/null; then
+        verbs_name=verbs verbs_env=(OOBX_TRANSPORT=verbs)
+    elif [ -e "$build/lib/liboobx-verbs-emu.so" ]; then
+        verbs_name=verbs-emu
+        verbs_env=(OOBX_TRANSPORT=verbs "LD_PRELOAD=$(cd "$build/lib" && pwd)/liboobx-verbs-emu.so"
+                   "ASAN_OPTIONS=$ASAN_OPTIONS:verify_asan_link_order=0")
+    fi
+fi
+
 conf=$build/tests/conformance/conformance
 fault=$build/tests/fault/fault
 case "$mode" in
@@ -136,9 +151,9 @@ if [ -x "$conf" ]; then
         echo "==== conformance-ucx: $build/lib/liboobx-ucx.so not built (UCX not found): skipped"
         total_skip=$((total_skip + 1))
     fi
-    if [ -e "$build/lib/liboobx-verbs.so" ]; then
-        # real device when there is one, else the emulation; the probe skips every case with the reason
-        suite conformance-verbs "$conf_deadline" OOBX_TRANSPORT=verbs OOBX_TEST_MAX_RANKS="${OOBX_TEST_VERBS_MAX_RANKS:-16}" -- "$conf"
+    if [ -n "$verbs_name" ]; then
+        suite "conformance-$verbs_name" "$conf_deadline" "${verbs_env[@]}" \
+            OOBX_TEST_MAX_RANKS="${OOBX_TEST_VERBS_MAX_RANKS:-64}" -- "$conf"
     fi
 else
     echo "==== conformance: $conf not built"
@@ -151,6 +166,9 @@ if [ -x "$fault" ]; then
         suite fault-ucx-tcp "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp -- "$fault"
         suite fault-ucx-shm "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self -- "$fault"
         suite fault-ucx-default "$fault_deadline" OOBX_TRANSPORT=ucx -- "$fault"
+    fi
+    if [ -n "$verbs_name" ]; then
+        suite "fault-$verbs_name" "$fault_deadline" "${verbs_env[@]}" -- "$fault"
     fi
 else
     echo "==== fault: $fault not built"
