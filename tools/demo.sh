@@ -33,17 +33,29 @@ if [ -z "$transports" ]; then
     exit 1
 fi
 
+# The verbs transport with no RDMA device here: run it on the emulated device.
+emu=
+if [ -e "$build/lib/liboobx-verbs.so" ] && [ -e "$build/lib/liboobx-verbs-emu.so" ] &&
+    ! echo "$transports" | grep -qx verbs; then
+    emu=$(cd "$build/lib" && pwd)/liboobx-verbs-emu.so
+    transports="$transports
+verbs-emu"
+fi
+
 echo "oobx demo: $nranks ranks on $(uname -n) ($(nproc) cores); transports: $(echo "$transports" | paste -sd' ')"
 status=0
 for t in $transports; do
     echo
     echo "==== transport $t"
+    preload=
     case "$t" in
         ucx) echo "     (UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES)" ;;
         socket) echo "     (OOBX_SOCKET_IFNAME=$OOBX_SOCKET_IFNAME)" ;;
+        verbs-emu) echo "     (no RDMA device here: the emulated device of verbs/emu, LD_PRELOAD=$emu)"
+                   t=verbs preload=$emu ;;
     esac
-    if ! "$bin/oobx-run" -n "$nranks" --roots "$nroots" --timeout "$timeout" --transport "$t" \
-        --no-prefix -- "$bin/oobx-demo"; then
+    if ! LD_PRELOAD=$preload "$bin/oobx-run" -n "$nranks" --roots "$nroots" --timeout "$timeout" \
+        --transport "$t" --no-prefix -- "$bin/oobx-demo"; then
         echo "oobx demo: the $t run failed" >&2
         status=1
     fi

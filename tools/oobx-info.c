@@ -96,8 +96,8 @@ static void print_transports(const oobx_settings_t *s)
             printf("  %-7s %s\n", transports[i], state);
     }
     if (!strcmp(s->transport, "auto")) {
-        /* auto: ucx when it can run here, else the socket transport */
-        const char *pick = st[1].usable ? "ucx" : "socket";
+        /* auto: ucx when it can run here, else verbs, else the socket transport */
+        const char *pick = st[1].usable ? "ucx" : st[2].usable ? "verbs" : "socket";
         printf("  OOBX_TRANSPORT=auto would use: %s\n", pick);
     } else {
         size_t i = 0;

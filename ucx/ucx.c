@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/epoll.h>
 
 #include <ucp/api/ucp.h>
 #include <uct/api/uct.h>
@@ -211,6 +212,9 @@ struct ucx_tp {
     ucp_context_h ctx;
     ucp_worker_h worker;
     int efd;
+    int sleep_fd;           /* epoll set of efd and the core's wake fd, for ucx_sleep */
+    int wake_fd;            /* the core's wake fd, or -1 */
+    int woken;              /* ucx_sleep saw the wake fd: progress() clears it */
     ucp_address_t *my_addr;
     size_t my_addr_len;
     char host[48];
@@ -1057,9 +1061,27 @@ static void ucx_orphans_sweep(ucx_tp_t *tp)
     }
 }
 
+/* Sleeps on the worker's event fd and the core's wake fd in one call (no
+ * endpoint lock held: touches only what it records). */
+static int ucx_sleep(oobx_tp_t *base, int timeout_ms)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    struct epoll_event evs[2];
+    int n = epoll_wait(tp->sleep_fd, evs, 2, timeout_ms);
+    for (int i = 0; i < n; i++)
+        if (evs[i].data.u32 == 1) tp->woken = 1;
+    return 0;
+}
+
 static int ucx_progress(oobx_tp_t *base)
 {
     ucx_tp_t *tp = (ucx_tp_t *)base;
+    if (tp->woken) {
+        uint64_t v;
+        ssize_t r = read(tp->wake_fd, &v, sizeof(v));
+        (void)r;
+        tp->woken = 0;
+    }
     if (tp->fatal) return tp->fatal;
     if (tp->orphans) ucx_orphans_sweep(tp);
     /* one pass: wait_prepare() finds anything that came in meanwhile (arm
@@ -1433,6 +1455,8 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->log = p->log;
     tp->sink = p->sink;
     tp->efd = -1;
+    tp->sleep_fd = -1;
+    tp->wake_fd = p->wake_fd;
     tp->ring_mode = mode;
     tp->rrx.peer = -1;
     tp->rtx.peer = -1;
@@ -1510,6 +1534,23 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     st = ucp_worker_get_efd(tp->worker, &tp->efd);
     if (st != UCS_OK) {
         rc = ucx_unavailable(p->log, "ucx: worker has no event fd: %s", ucs_status_string(st));
+        goto out_destroy;
+    }
+    /* one epoll set for both fds: a sleep is one epoll_wait, with no wait
+     * queues to register and remove per call as poll() has */
+    tp->sleep_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (tp->sleep_fd < 0) {
+        rc = ucx_unavailable(p->log, "ucx: epoll_create1: %s", strerror(errno));
+        goto out_destroy;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = 0};
+    int erc = epoll_ctl(tp->sleep_fd, EPOLL_CTL_ADD, tp->efd, &ev);
+    if (erc == 0 && tp->wake_fd >= 0) {
+        ev.data.u32 = 1;
+        erc = epoll_ctl(tp->sleep_fd, EPOLL_CTL_ADD, tp->wake_fd, &ev);
+    }
+    if (erc != 0) {
+        rc = ucx_unavailable(p->log, "ucx: epoll_ctl: %s", strerror(errno));
         goto out_destroy;
     }
     st = ucp_worker_get_address(tp->worker, &tp->my_addr, &tp->my_addr_len);
@@ -1691,6 +1732,7 @@ static void ucx_destroy(oobx_tp_t *base)
     free(tp->rtx.heads);
     if (tp->rrx.memh) ucp_mem_unmap(tp->ctx, tp->rrx.memh);
     if (tp->my_addr) ucp_worker_release_address(tp->worker, tp->my_addr);
+    if (tp->sleep_fd >= 0) close(tp->sleep_fd);
     if (tp->worker) ucp_worker_destroy(tp->worker);
     if (tp->ctx) ucp_cleanup(tp->ctx);
     /* what UCX never completed: the worker is gone, so are its requests */
@@ -1732,6 +1774,7 @@ const oobx_tp_ops_t oobx_ucx_ops = {
     .send = ucx_send,
     .progress = ucx_progress,
     .wait_prepare = ucx_wait_prepare,
+    .sleep = ucx_sleep,
     .peer_name = ucx_peer_name,
     .destroy = ucx_destroy,
 };
