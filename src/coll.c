@@ -107,7 +107,8 @@ typedef struct ring_run {
     int next_fwd;
     int fwd_limit;  /* receives that are forwarded */
     int next;       /* comm rank */
-    int err_index;  /* first failed receive, -1 */
+    int err_index;  /* first failed receive, -1; -2: a forward failed (send_rc) */
+    int send_rc;    /* that failure: its text is the thread's last error */
 } ring_run_t;
 
 static int ring_progress(void *arg)
@@ -124,6 +125,7 @@ static int ring_progress(void *arg)
             int rc = ep_isend(rr->c, rr->next, OOBX_MSG_COLL, rr->q.tag, r->buf, r->received, s);
             if (rc != 0) {
                 rr->err_index = -2;
+                rr->send_rc = rc;
                 return 1;
             }
             rr->q.ns++;
@@ -190,7 +192,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
         rc = peer_error(c, rr.q.r[rr.err_index].status, prev, "allgather (ring): receiving the slice of group rank %d",
                         slice);
     } else if (rc == 0 && rr.err_index == -2) {
-        rc = oobx_fail(&c->log, OOBX_ERR_REMOTE, "%s", oobx_last_error());
+        rc = rr.send_rc; /* ep_isend said why, and logged it */
     } else if (rc == 0 && bad >= 0) {
         rc = peer_error(c, rr.q.s[bad].tp.status, rr.next, "allgather (ring): sending");
     } else if (rc != 0) {
@@ -416,7 +418,8 @@ typedef struct bcast_run {
     int children[32];
     int nchildren;
     int next_fwd;
-    int err;
+    int err;     /* first failed receive, -1; -2: a forward failed (send_rc) */
+    int send_rc; /* that failure: its text is the thread's last error */
 } bcast_run_t;
 
 static int bcast_progress(void *arg)
@@ -429,8 +432,10 @@ static int bcast_progress(void *arg)
             return 1;
         }
         for (int k = 0; k < b->nchildren; k++) {
-            if (ep_isend(b->c, b->children[k], OOBX_MSG_COLL, b->q.tag, r->buf, r->received, &b->q.s[b->q.ns]) != 0) {
+            int rc = ep_isend(b->c, b->children[k], OOBX_MSG_COLL, b->q.tag, r->buf, r->received, &b->q.s[b->q.ns]);
+            if (rc != 0) {
                 b->err = -2;
+                b->send_rc = rc;
                 return 1;
             }
             b->q.ns++;
@@ -497,7 +502,7 @@ int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, 
     if (rc == 0 && b.err >= 0) {
         rc = peer_error(c, b.q.r[b.err].status, parent, "broadcast from group rank %d: receiving", root);
     } else if (rc == 0 && b.err == -2) {
-        rc = oobx_fail(&c->log, OOBX_ERR_REMOTE, "%s", oobx_last_error());
+        rc = b.send_rc; /* ep_isend said why, and logged it */
     } else if (rc == 0 && bad >= 0) {
         rc = peer_error(c, b.q.s[bad].tp.status, b.children[bad % (b.nchildren ? b.nchildren : 1)],
                         "broadcast: sending");

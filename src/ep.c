@@ -296,6 +296,19 @@ void ep_release(oobx_ep_t *ep)
     pthread_mutex_unlock(&ep->lock);
     if (!last) return;
     if (ep->tp) ep->tp->ops->destroy(ep->tp);
+    /* Messages being written when the transport went away: first, while
+     * every record is still allocated. A ux in the array is either detached
+     * (out of every queue: freed here) or still in its queue (freed with the
+     * queue below); a receive's discard buffer is its own. */
+    for (size_t i = 0; i < ep->ninflight; i++) {
+        oobx_ux_t *u = ep->inflight[i];
+        if (u->is_ux && u->detached) {
+            free(u->data);
+            free(u);
+        } else if (!u->is_ux) {
+            free(((oobx_rreq_t *)ep->inflight[i])->discard);
+        }
+    }
     for (size_t b = 0; ep->buckets && b < ep->nbuckets; b++) {
         for (oobx_mq_t *q = ep->buckets[b], *nq; q; q = nq) {
             nq = q->next;
@@ -305,16 +318,6 @@ void ep_release(oobx_ep_t *ep)
                 free(u);
             }
             free(q);
-        }
-    }
-    /* uxs still being written, with a waiter, are out of every queue */
-    for (size_t i = 0; i < ep->ninflight; i++) {
-        oobx_ux_t *u = ep->inflight[i];
-        if (u->is_ux && u->detached) {
-            free(u->data);
-            free(u);
-        } else if (!u->is_ux) {
-            free(((oobx_rreq_t *)ep->inflight[i])->discard);
         }
     }
     while (ep->mq_spare) {

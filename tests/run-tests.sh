@@ -124,8 +124,11 @@ if [ -e "$build/lib/liboobx-verbs.so" ] && [ "${OOBX_TEST_VERBS:-}" != 0 ]; then
         verbs_name=verbs verbs_env=(OOBX_TRANSPORT=verbs)
     elif [ -e "$build/lib/liboobx-verbs-emu.so" ]; then
         verbs_name=verbs-emu
-        verbs_env=(OOBX_TRANSPORT=verbs "LD_PRELOAD=$(cd "$build/lib" && pwd)/liboobx-verbs-emu.so"
-                   "ASAN_OPTIONS=$ASAN_OPTIONS:verify_asan_link_order=0")
+        preload=$(cd "$build/lib" && pwd)/liboobx-verbs-emu.so
+        # a sanitizer runtime must come first in the list of preloaded objects
+        san_rt=$(ldd "$build/lib/liboobx.so" 2>/dev/null | awk '/lib(a|ub|t)san\.so/ { print $3; exit }')
+        [ -n "$san_rt" ] && preload="$san_rt:$preload"
+        verbs_env=(OOBX_TRANSPORT=verbs "LD_PRELOAD=$preload")
     fi
 fi
 

@@ -150,7 +150,9 @@ static void topo_report_req(FILE *out, const topo_request_t *req)
     } else {
         topo_report_pick(out, "ucx", req, devs, ndev, nrdma ? TOPO_DEV_RDMA : TOPO_DEV_NET,
                          "the first device UCX lists (hwloc sees no network device)");
-        topo_report_pick(out, "verbs", req, devs, ndev, TOPO_DEV_RDMA, "none: hwloc sees no RDMA device");
+        topo_report_pick(out, "verbs", req, devs, ndev, TOPO_DEV_RDMA,
+                         "the first device libibverbs lists (hwloc sees no RDMA device; "
+                         "oobx-info -u shows what the verbs transport finds)");
     }
     free(devs);
 }
