@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <errno.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -391,6 +392,88 @@ static void test_missing_device(void **state)
     assert_non_null(strstr(oobx_last_error(), "emu0"));
     free(n->msgs);
     free(n);
+}
+
+/* ---- topology: the device closest to the target, on a fabricated machine ---------------- */
+
+/* tests/data/topo/gpu_switch.xml has HCAs mlx5_0..3 under PCI switches shared
+ * with GPUs; the emulated device takes their names, and 127.0.0.1 is put on
+ * the expected one, so that a wrong choice also fails at rdma_bind_addr. */
+#define TOPO_XML "tests/data/topo/gpu_switch.xml"
+
+static int topo_pick_for(const char *pci, const char *expect)
+{
+    node_t *n = calloc(1, sizeof(*n));
+    node_settings(n, 0, NULL);
+    snprintf(n->set.topo_pci, sizeof(n->set.topo_pci), "%s", pci);
+    n->msgs = calloc(MSGS_MAX, sizeof(*n->msgs));
+    char map[64];
+    snprintf(map, sizeof map, "%s=127.0.0.1", expect);
+    setenv("OOBX_VERBS_EMU_MAP", map, 1);
+    oobx_tp_params_t p = {
+        .rank = 0,
+        .nranks = 2,
+        .magic = 1,
+        .settings = &n->set,
+        .log = &n->log,
+        .sink = {.core = n, .msg_begin = sink_begin, .msg_end = sink_end, .peer_failed = sink_failed},
+        .wake_fd = -1,
+    };
+    int rc = ops->create(&p, &n->tp);
+    if (rc) {
+        fprintf(stderr, "  target %s: %s\n", pci, oobx_last_error());
+        free(n->msgs);
+        free(n);
+        return 1;
+    }
+    unsigned char blob[OOBX_ADDR_MAX];
+    size_t len = sizeof(blob);
+    size_t el = strlen(expect);
+    int ok = ops->address(n->tp, blob, &len) == 0 && len == sizeof(verbs_blob_t) + el &&
+             memcmp(blob + sizeof(verbs_blob_t), expect, el) == 0;
+    if (!ok)
+        fprintf(stderr, "  target %s: device %.*s, expected %s\n", pci,
+                len > sizeof(verbs_blob_t) ? (int)(len - sizeof(verbs_blob_t)) : 0,
+                (const char *)blob + sizeof(verbs_blob_t), expect);
+    else
+        fprintf(stderr, "  [target %s: %s]\n", pci, expect);
+    ops->destroy(n->tp);
+    free(n->msgs);
+    free(n);
+    return ok ? 0 : 2;
+}
+
+static int child_topology(void)
+{
+    if (access(TOPO_XML, R_OK) != 0) {
+        fprintf(stderr, "  %s: %s (run from the top of the tree)\n", TOPO_XML, strerror(errno));
+        return 9;
+    }
+    setenv("HWLOC_XMLFILE", TOPO_XML, 1);
+    /* a GPU under the switch of mlx5_1, then one under the switch of mlx5_2 */
+    int rc = topo_pick_for("0000:3d:00.0", "mlx5_1");
+    if (rc == 0) rc = topo_pick_for("0000:9a:00.0", "mlx5_2") ? 3 : 0;
+    /* OOBX_NET_DEVICE still wins over the topology */
+    if (rc == 0) {
+        node_t *n = calloc(1, sizeof(*n));
+        setenv("OOBX_VERBS_EMU_MAP", "mlx5_3=127.0.0.1", 1);
+        int r = node_try(n, 0, 2, 1, "mlx5_3");
+        if (r) {
+            fprintf(stderr, "  OOBX_NET_DEVICE=mlx5_3: %s\n", oobx_last_error());
+            rc = 4;
+        } else {
+            ops->destroy(n->tp);
+        }
+        free(n->msgs);
+        free(n);
+    }
+    return rc;
+}
+
+static void test_topology(void **state)
+{
+    (void)state;
+    assert_int_equal(in_child("mlx5_0,mlx5_1,mlx5_2,mlx5_3", child_topology), 0);
 }
 
 /* ---- addresses -------------------------------------------------------------------------- */
@@ -935,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_no_device),
         cmocka_unit_test(test_two_devices),
         cmocka_unit_test(test_missing_device),
+        cmocka_unit_test(test_topology),
         cmocka_unit_test(test_blob),
         cmocka_unit_test(test_p2p_sizes),
         cmocka_unit_test(test_crossed),
