@@ -24,12 +24,19 @@ TEST_SUITE_LDFLAGS = $(LDFLAGS) -L$(LIBDIR) -Wl,-rpath,'$$ORIGIN/../../lib' -loo
 # wire parsers: the same targets as regression programs over tests/fuzz/corpus
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REGRESS_BIN := $(patsubst %,$(TEST_BUILD)/fuzz/regress_%,$(FUZZ_TARGETS))
+# the transports' wire parsers are pure (no UCX or verbs headers): every fuzz
+# program, mkseeds and the libFuzzer build link them, whether or not the
+# transport itself is built
+FUZZ_WIRE_SRC := $(wildcard verbs/verbs_wire.c ucx/ucx_wire.c)
+FUZZ_WIRE_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(FUZZ_WIRE_SRC))
+FUZZ_WIRE_CPPFLAGS := -Iverbs -Iucx
+$(OBJDIR)/tests/fuzz/%.o: CPPFLAGS += $(FUZZ_WIRE_CPPFLAGS)
 
 $(OBJDIR)/tests/%.o: CPPFLAGS += $(TEST_CPPFLAGS)
 # objects shared by several programs are kept (not intermediate), so that
 # parallel builds never remove one that another link still needs
 FUZZ_REGRESS_OBJ := $(OBJDIR)/tests/fuzz/regress.o $(patsubst %,$(OBJDIR)/tests/fuzz/fuzz_%.o,$(FUZZ_TARGETS))
-.SECONDARY: $(FUZZ_REGRESS_OBJ) $(OBJDIR)/tests/harness.o
+.SECONDARY: $(FUZZ_REGRESS_OBJ) $(FUZZ_WIRE_OBJ) $(OBJDIR)/tests/harness.o
 
 ifeq ($(HAVE_CMOCKA),1)
 ALL_TARGETS += $(TEST_UNIT_BIN) $(TEST_SUITE_BIN)
@@ -55,14 +62,14 @@ $(TEST_BUILD)/fault/fault: $(OBJDIR)/tests/fault/fault.o $(TEST_HARNESS_OBJ) $(L
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(TEST_SUITE_LDFLAGS) $(TEST_CMOCKA)
 
-$(TEST_BUILD)/fuzz/regress_%: $(OBJDIR)/tests/fuzz/fuzz_%.o $(OBJDIR)/tests/fuzz/regress.o $(LIBOOBX_A)
+$(TEST_BUILD)/fuzz/regress_%: $(OBJDIR)/tests/fuzz/fuzz_%.o $(OBJDIR)/tests/fuzz/regress.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_A)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(OBJDIR)/tests/fuzz/fuzz_$*.o $(OBJDIR)/tests/fuzz/regress.o $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
+	$(CC) -o $@ $(OBJDIR)/tests/fuzz/fuzz_$*.o $(OBJDIR)/tests/fuzz/regress.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
 
 # seeds for the corpus (make fuzz-seeds rewrites tests/fuzz/corpus/*/seed-*)
-$(TEST_BUILD)/fuzz/mkseeds: $(OBJDIR)/tests/fuzz/mkseeds.o $(LIBOOBX_A)
+$(TEST_BUILD)/fuzz/mkseeds: $(OBJDIR)/tests/fuzz/mkseeds.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_A)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
+	$(CC) -o $@ $< $(FUZZ_WIRE_OBJ) $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
 fuzz-seeds: $(TEST_BUILD)/fuzz/mkseeds
 	$(TEST_BUILD)/fuzz/mkseeds tests/fuzz/corpus
 
@@ -87,12 +94,12 @@ FUZZ_CC   ?= clang
 FUZZ_TIME ?= 20
 FUZZ_BUILD := build-fuzz
 FUZZ_CFLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -pthread -fsanitize=fuzzer-no-link,address,undefined
-FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(CORE_SRC) $(TOPO_SRC))
+FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(CORE_SRC) $(TOPO_SRC) $(FUZZ_WIRE_SRC))
 FUZZ_BIN := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
+	$(FUZZ_CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(FUZZ_WIRE_CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/liboobx-fuzz.a: $(FUZZ_CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/liboobx-fuzz.a

@@ -63,62 +63,16 @@
 #include "ringbuf.h"
 #include "transport.h"
 #include "util.h"
+#include "ucx_wire.h"
 
-#define UCX_BLOB_MAGIC 0x5543584fu /* "OXCU" */
-#define UCX_BLOB_VERSION 1
-#define UCX_EAGER_MAX 8192u        /* payload bytes sent in one message */
-#define UCX_CTRL_MAX 4096u
-#define UCX_INLINE_MAX 256u        /* header + payload copied into the send record */         /* largest control message (SETUP) */
+#define UCX_INLINE_MAX 256u        /* header + payload copied into the send record */
 #define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
 #define UCX_KEEPALIVE_DEFAULT "500ms"
 #define UCX_QUIESCE_MS 50          /* progress before closing, at destroy */
 #define UCX_CLOSE_MS 500           /* bound on flushing endpoints at destroy */
 #define UCX_WATCH_MS 300           /* period of the pid check of peers on this host */
 
-#define UCX_TAG_DATA (1ull << 63)
-#define UCX_TAG_TYPE_SHIFT 59
-#define UCX_TAG_TYPE_MASK 0xfull
-#define UCX_TAG_RANK_SHIFT 32
-#define UCX_TAG_RANK_MASK ((1ull << 27) - 1)
-#define UCX_RANKS_MAX ((int)UCX_TAG_RANK_MASK)
-
 extern const oobx_tp_ops_t oobx_ucx_ops;
-
-enum { UCX_T_EAGER = 1, UCX_T_HDR = 2, UCX_T_DOORBELL = 3, UCX_T_CREDIT = 4, UCX_T_SETUP = 5 };
-
-static uint64_t ucx_tag(int type, int rank, uint32_t seq)
-{
-    return ((uint64_t)type << UCX_TAG_TYPE_SHIFT) | ((uint64_t)rank << UCX_TAG_RANK_SHIFT) | seq;
-}
-
-static int ucx_tag_type(uint64_t tag) { return (int)((tag >> UCX_TAG_TYPE_SHIFT) & UCX_TAG_TYPE_MASK); }
-static int ucx_tag_rank(uint64_t tag) { return (int)((tag >> UCX_TAG_RANK_SHIFT) & UCX_TAG_RANK_MASK); }
-static uint32_t ucx_tag_seq(uint64_t tag) { return (uint32_t)tag; }
-
-/* The address card. */
-typedef struct ucx_blob_hdr {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t hdr_bytes;
-    uint32_t pid;
-    uint32_t addr_len;
-    char host[48];
-} ucx_blob_hdr_t;
-
-/* count chunks from seq have landed (their sizes are in their headers) */
-typedef struct ucx_doorbell {
-    uint64_t seq;
-    uint32_t count;
-    uint32_t pad;
-} ucx_doorbell_t;
-
-typedef struct ucx_setup {
-    uint32_t slots;
-    uint32_t slot_bytes;
-    uint64_t raddr;
-    uint32_t rkey_len;
-    uint32_t pad;
-} ucx_setup_t;
 
 typedef struct ucx_tp ucx_tp_t;
 
@@ -673,7 +627,6 @@ static void ucx_credit_send(ucx_tp_t *tp, uint64_t credit)
 static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t raddr, void **rptr,
                            const char **why);
 
-/* SETUP from next: its ring for the link me -> next. */
 /* SETUP from next: its ring for the link me -> next. It is only checked and
  * kept here; the key is unpacked at the first send to next, when next is
  * surely still in the communicator (a short-lived communicator may be gone at
@@ -682,21 +635,11 @@ static int ucx_ring_choose(ucx_tp_t *tp, ucp_ep_h ep, ucp_rkey_h rkey, uint64_t 
 static void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len)
 {
     ucx_ring_tx_t *r = &tp->rtx;
-    ucx_setup_t su;
-    char why[200];
-    if (peer != r->peer || r->setup || r->active || len < sizeof(su)) {
+    if (peer != r->peer || r->setup || r->active) {
         ucx_protocol_error(tp, peer, "unexpected ring setup");
         return;
     }
-    memcpy(&su, buf, sizeof(su));
-    if (su.rkey_len != len - sizeof(su)) {
-        ucx_protocol_error(tp, peer, "ring setup of the wrong size");
-        return;
-    }
-    if (ringbuf_geom_check(su.slots, su.slot_bytes, why, sizeof(why))) {
-        ucx_protocol_error(tp, peer, why);
-        return;
-    }
+    /* checked by ucx_msg_decode: geometry, and a key of exactly the rest */
     r->setup = malloc(len);
     if (!r->setup) return; /* the ring is an optimisation: tag messages go on */
     memcpy(r->setup, buf, len);
@@ -760,27 +703,19 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
                       oobx_strerror(r->status));
         return;
     }
+    ucx_msg_t m;
+    char why[200];
+    if (ucx_msg_decode(r->type, r->buf, r->len, r->peer, &m, why, sizeof(why))) {
+        ucx_protocol_error(tp, r->peer, why);
+        return;
+    }
     switch (r->type) {
     case UCX_T_EAGER:
     case UCX_T_HDR: {
-        oobx_msg_hdr_t h;
-        if (r->len < sizeof(h)) {
-            ucx_protocol_error(tp, r->peer, "short message header");
-            return;
-        }
-        memcpy(&h, r->buf, sizeof(h));
-        if (h.src != r->peer) {
-            ucx_protocol_error(tp, r->peer, "message header names another sender");
-            return;
-        }
-        if (r->type == UCX_T_EAGER ? h.len != r->len - sizeof(h) : (r->len != sizeof(h) || h.len <= UCX_EAGER_MAX)) {
-            ucx_protocol_error(tp, r->peer, "message length disagrees with its header");
-            return;
-        }
-        void *dst = tp->sink.msg_begin(tp->sink.core, &h, &r->cookie);
+        void *dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
         r->has_msg = 1;
         if (r->type == UCX_T_EAGER) {
-            if (h.len) memcpy(dst, (char *)r->buf + sizeof(h), h.len);
+            if (m.hdr.len) memcpy(dst, m.payload, m.hdr.len);
             return;
         }
         r->complete = 0;
@@ -789,7 +724,7 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
             .cb.recv = ucx_data_cb,
             .user_data = r,
         };
-        ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst, h.len,
+        ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst, m.hdr.len,
                                                 UCX_TAG_DATA | ucx_tag(0, r->peer, ucx_tag_seq(r->tag)),
                                                 ~0ull, &prm);
         if (ptr == NULL) {
@@ -805,20 +740,17 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
     }
     case UCX_T_DOORBELL: {
         ucx_ring_rx_t *rx = &tp->rrx;
-        ucx_doorbell_t db;
-        char why[200];
         ringbuf_rx_ev_t ev;
-        if (r->peer != rx->peer || !rx->base || r->len != sizeof(db)) {
+        if (r->peer != rx->peer || !rx->base) {
             ucx_protocol_error(tp, r->peer, "unexpected ring doorbell");
             return;
         }
-        memcpy(&db, r->buf, sizeof(db));
-        if (db.count == 0 || db.count > rx->rb.slots) {
+        if (m.db.count > rx->rb.slots) {
             ucx_protocol_error(tp, r->peer, "ring doorbell for no chunk or more than the ring holds");
             return;
         }
-        for (uint32_t k = 0; k < db.count; k++) {
-            uint64_t seq = db.seq + k;
+        for (uint32_t k = 0; k < m.db.count; k++) {
+            uint64_t seq = m.db.seq + k;
             if (ringbuf_rx_chunk(&rx->rb, rx->base, seq, ringbuf_rx_peek_bytes(&rx->rb, rx->base, seq), &ev, why,
                                  sizeof(why))) {
                 ucx_protocol_error(tp, r->peer, why);
@@ -848,25 +780,22 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
         }
         return;
     }
-    case UCX_T_CREDIT: {
-        uint64_t credit;
-        if (r->peer != tp->rtx.peer || !tp->rtx.active || r->len != sizeof(credit)) {
+    case UCX_T_CREDIT:
+        if (r->peer != tp->rtx.peer || !tp->rtx.active) {
             ucx_protocol_error(tp, r->peer, "unexpected ring credit");
             return;
         }
-        memcpy(&credit, r->buf, sizeof(credit));
-        if (ringbuf_tx_credit(&tp->rtx.rb, credit)) {
+        if (ringbuf_tx_credit(&tp->rtx.rb, m.credit)) {
             ucx_protocol_error(tp, r->peer, "ring credit for chunks never sent");
             return;
         }
         ucx_ring_push(tp);
         return;
-    }
     case UCX_T_SETUP:
         ucx_handle_setup(tp, r->peer, r->buf, r->len);
         return;
     default:
-        ucx_protocol_error(tp, r->peer, "unknown message type");
+        return; /* ucx_msg_decode knows every type */
     }
 }
 
@@ -892,18 +821,6 @@ static void ucx_peer_drain(ucx_tp_t *tp, int peer)
     }
 }
 
-static size_t ucx_type_max(int type)
-{
-    switch (type) {
-    case UCX_T_EAGER: return sizeof(oobx_msg_hdr_t) + UCX_EAGER_MAX;
-    case UCX_T_HDR: return sizeof(oobx_msg_hdr_t);
-    case UCX_T_DOORBELL: return sizeof(ucx_doorbell_t);
-    case UCX_T_CREDIT: return sizeof(uint64_t);
-    case UCX_T_SETUP: return UCX_CTRL_MAX;
-    default: return 0;
-    }
-}
-
 static void ucx_wait_req(ucx_tp_t *tp, ucs_status_ptr_t req, int ms);
 
 /* Takes every non-DATA message UCX holds, in arrival order. */
@@ -914,8 +831,9 @@ static void ucx_probe(ucx_tp_t *tp)
     while ((msg = ucp_tag_probe_nb(tp->worker, 0, UCX_TAG_DATA, 1, &info)) != NULL) {
         int type = ucx_tag_type(info.sender_tag);
         int peer = ucx_tag_rank(info.sender_tag);
-        size_t max = ucx_type_max(type);
-        int bad = peer >= tp->nranks || peer == tp->rank || max == 0 || info.length > max;
+        ucx_tag_info_t ti;
+        char why[160];
+        int bad = ucx_tag_check(info.sender_tag, info.length, tp->rank, tp->nranks, &ti, why, sizeof(why)) != 0;
         ucx_rrec_t *r = ucx_rrec_new(tp);
         void *buf = !r ? NULL : info.length <= sizeof(r->small) ? r->small : malloc(info.length);
         if (!r || !buf) {
@@ -937,8 +855,8 @@ static void ucx_probe(ucx_tp_t *tp)
         if (bad) {
             /* take it off the queue and drop it; a bogus sender rank cannot be blamed */
             if (oobx_ratelimit_ok(&tp->rl))
-                OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes",
-                          info.sender_tag, info.length);
+                OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes: %s",
+                          info.sender_tag, info.length, why);
             prm.op_attr_mask = 0;
             ucs_status_ptr_t ptr = ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm);
             ucx_wait_req(tp, ptr, 100);
@@ -1248,10 +1166,10 @@ static int ucx_ring(oobx_tp_t *base, int prev, int next)
         ucp_rkey_buffer_release(rkey);
         return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
     }
-    ucx_setup_t su = {.slots = slots, .slot_bytes = slot_bytes, .raddr = (uint64_t)(uintptr_t)rx->base,
-                      .rkey_len = (uint32_t)rkey_len};
-    memcpy(msg, &su, sizeof(su));
-    memcpy(msg + sizeof(su), rkey, rkey_len);
+    ucx_msg_t m = {.type = UCX_T_SETUP, .rkey = rkey,
+                   .setup = {.slots = slots, .slot_bytes = slot_bytes, .raddr = (uint64_t)(uintptr_t)rx->base,
+                             .rkey_len = (uint32_t)rkey_len}};
+    len = ucx_msg_encode(&m, msg, len);
     ucp_rkey_buffer_release(rkey);
     ucx_send_ctrl(tp, prev, UCX_T_SETUP, msg, len);
     free(msg);
@@ -1582,48 +1500,28 @@ static int ucx_address(oobx_tp_t *base, void *blob, size_t *len)
     size_t need = sizeof(ucx_blob_hdr_t) + tp->my_addr_len;
     if (*len < need)
         return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: address needs %zu bytes, %zu given", need, *len);
-    ucx_blob_hdr_t h = {
-        .magic = UCX_BLOB_MAGIC,
-        .version = UCX_BLOB_VERSION,
-        .hdr_bytes = sizeof(ucx_blob_hdr_t),
-        .pid = (uint32_t)getpid(),
-        .addr_len = (uint32_t)tp->my_addr_len,
-    };
-    snprintf(h.host, sizeof(h.host), "%s", tp->host);
-    memcpy(blob, &h, sizeof(h));
-    memcpy((char *)blob + sizeof(h), tp->my_addr, tp->my_addr_len);
-    *len = need;
+    *len = ucx_card_encode((uint32_t)getpid(), tp->host, tp->my_addr, tp->my_addr_len, blob, *len);
     return 0;
 }
 
 static int ucx_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t len)
 {
     ucx_tp_t *tp = (ucx_tp_t *)base;
-    ucx_blob_hdr_t h;
+    ucx_card_t card;
+    char why[200];
     if (peer < 0 || peer >= tp->nranks)
         return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: address for rank %d of %d", peer, tp->nranks);
-    if (len < sizeof(h))
-        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL, "ucx: address of rank %d is %zu bytes, too short", peer, len);
-    memcpy(&h, blob, sizeof(h));
-    if (h.magic != UCX_BLOB_MAGIC)
-        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL, "ucx: address of rank %d is not a UCX address "
-                         "(do all ranks use the same transport?)", peer);
-    if (h.version != UCX_BLOB_VERSION || h.hdr_bytes != sizeof(h))
-        return oobx_fail(tp->log, OOBX_ERR_MISMATCH, "ucx: address of rank %d has version %u, this is %u",
-                         peer, h.version, UCX_BLOB_VERSION);
-    if (h.addr_len == 0 || h.addr_len != len - sizeof(h))
-        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL, "ucx: address of rank %d: %u worker bytes in a %zu-byte card",
-                         peer, h.addr_len, len);
+    int rc = ucx_card_decode(blob, len, &card, why, sizeof(why));
+    if (rc) return oobx_fail(tp->log, rc, "ucx: address of rank %d: %s", peer, why);
     ucx_peer_t *p = &tp->peers[peer];
-    void *copy = malloc(h.addr_len);
+    void *copy = malloc(card.addr_len);
     if (!copy) return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
-    memcpy(copy, (const char *)blob + sizeof(h), h.addr_len);
+    memcpy(copy, card.addr, card.addr_len);
     free(p->addr);
     p->addr = copy;
-    p->addr_len = h.addr_len;
-    h.host[sizeof(h.host) - 1] = '\0';
-    snprintf(p->host, sizeof(p->host), "%s", h.host);
-    p->pid = h.pid;
+    p->addr_len = card.addr_len;
+    snprintf(p->host, sizeof(p->host), "%s", card.host);
+    p->pid = card.hdr.pid;
     return 0;
 }
 

@@ -433,130 +433,87 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
 {
     int peer = c->peer;
     verbs_peer_t *p = &tp->peers[peer];
-    verbs_wire_t w;
+    verbs_msg_t m;
     char who[128], why[200];
-    if (len < sizeof(w)) {
-        verbs_protocol_error(tp, peer, "a message shorter than its header");
+    if (verbs_msg_decode(buf, len, peer, &m, why, sizeof(why))) {
+        verbs_protocol_error(tp, peer, why);
         return;
     }
-    memcpy(&w, buf, sizeof(w));
-    c->tx_credits += w.credits;
+    c->tx_credits += m.w.credits;
     if (c->tx_credits > VERBS_RECV_DEPTH) {
         verbs_protocol_error(tp, peer, "more credits returned than receives exist");
         return;
     }
-    const unsigned char *body = buf + sizeof(w);
-    uint32_t blen = len - (uint32_t)sizeof(w);
-    oobx_msg_hdr_t h;
-    switch (w.type) {
+    switch (m.w.type) {
     case VERBS_T_EAGER: {
-        if (blen < sizeof(h)) {
-            verbs_protocol_error(tp, peer, "short message header");
-            return;
-        }
-        memcpy(&h, body, sizeof(h));
-        if (h.src != peer || h.len != blen - sizeof(h)) {
-            verbs_protocol_error(tp, peer, "message header disagrees with its sender or length");
-            return;
-        }
         verbs_rrec_t *r = verbs_rrec_add(tp, peer);
         if (!r) return;
         r->complete = 1;
         if (!tp->destroying) {
-            void *dst = tp->sink.msg_begin(tp->sink.core, &h, &r->cookie);
+            void *dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
             r->has_msg = 1;
-            if (h.len) memcpy(dst, body + sizeof(h), h.len);
+            if (m.hdr.len) memcpy(dst, m.payload, m.hdr.len);
         }
         verbs_peer_drain(tp, peer);
         return;
     }
     case VERBS_T_RTS: {
-        verbs_rts_t rts;
-        if (blen != sizeof(h) + sizeof(rts)) {
-            verbs_protocol_error(tp, peer, "rendezvous request of the wrong size");
-            return;
-        }
-        memcpy(&h, body, sizeof(h));
-        memcpy(&rts, body + sizeof(h), sizeof(rts));
-        if (h.src != peer || h.len <= VERBS_EAGER_MAX) {
-            verbs_protocol_error(tp, peer, "rendezvous header disagrees with its sender or length");
-            return;
-        }
         if (tp->destroying) return; /* no FIN: the sender is going away too */
         verbs_rrec_t *r = verbs_rrec_add(tp, peer);
         if (!r) return;
         r->rndv = 1;
         p->unread++;
-        r->raddr = rts.addr;
-        r->rkey = rts.rkey;
-        r->len = h.len;
-        r->id = rts.id;
-        r->dst = tp->sink.msg_begin(tp->sink.core, &h, &r->cookie);
+        r->raddr = m.rts.addr;
+        r->rkey = m.rts.rkey;
+        r->len = m.hdr.len;
+        r->id = m.rts.id;
+        r->dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
         r->has_msg = 1;
         tp->st.rndv_rx++;
-        r->mr = ibv_reg_mr(tp->pd, r->dst, h.len, IBV_ACCESS_LOCAL_WRITE);
+        r->mr = ibv_reg_mr(tp->pd, r->dst, m.hdr.len, IBV_ACCESS_LOCAL_WRITE);
         if (!r->mr) {
             verbs_peer_fail(tp, peer, OOBX_ERR_NOMEM,
                             "verbs: cannot register the %" PRIu64 "-byte receive buffer of a message from %s on "
                             "device %s: %s (locked memory limit? ulimit -l)",
-                            h.len, verbs_who(tp, peer, who, sizeof(who)), tp->dev, strerror(errno));
+                            m.hdr.len, verbs_who(tp, peer, who, sizeof(who)), tp->dev, strerror(errno));
             return;
         }
         verbs_mark_dirty(tp, peer);
         return;
     }
-    case VERBS_T_FIN: {
-        uint64_t id;
-        if (blen != sizeof(id)) {
-            verbs_protocol_error(tp, peer, "FIN of the wrong size");
-            return;
-        }
-        memcpy(&id, body, sizeof(id));
+    case VERBS_T_FIN:
         for (verbs_send_t *s = p->wait; s; s = s->next)
-            if (s->type == VERBS_SEND_RNDV && s->id == id) {
+            if (s->type == VERBS_SEND_RNDV && s->id == m.value) {
                 verbs_wait_remove(p, s);
                 verbs_send_done(tp, s, 0);
                 return;
             }
-        snprintf(why, sizeof(why), "FIN for unknown rendezvous %" PRIu64, id);
+        snprintf(why, sizeof(why), "FIN for unknown rendezvous %" PRIu64, m.value);
         verbs_protocol_error(tp, peer, why);
         return;
-    }
     case VERBS_T_CREDIT:
-        if (blen != 0) verbs_protocol_error(tp, peer, "credit message with a body");
         return;
-    case VERBS_T_SETUP: {
-        verbs_setup_t su;
-        if (blen != sizeof(su) || peer != tp->tx_peer || tp->tx_active) {
+    case VERBS_T_SETUP:
+        if (peer != tp->tx_peer || tp->tx_active) {
             verbs_protocol_error(tp, peer, "unexpected ring setup");
             return;
         }
-        memcpy(&su, body, sizeof(su));
-        if (ringbuf_geom_check(su.slots, su.slot_bytes, why, sizeof(why))) {
-            verbs_protocol_error(tp, peer, why);
-            return;
-        }
-        tp->tx_raddr = su.addr;
-        tp->tx_rkey = su.rkey;
-        ringbuf_tx_init(&tp->trb, su.slots, su.slot_bytes);
+        tp->tx_raddr = m.setup.addr;
+        tp->tx_rkey = m.setup.rkey;
+        ringbuf_tx_init(&tp->trb, m.setup.slots, m.setup.slot_bytes);
         tp->tx_active = 1;
         OOBX_INFO(tp->log, "verbs: ring link to %s: RDMA WRITE WITH IMMEDIATE into its ring of %u slots of %u bytes",
-                  verbs_who(tp, peer, who, sizeof(who)), su.slots, su.slot_bytes);
+                  verbs_who(tp, peer, who, sizeof(who)), m.setup.slots, m.setup.slot_bytes);
         return;
-    }
-    case VERBS_T_RCREDIT: {
-        uint64_t seq;
-        if (blen != sizeof(seq) || peer != tp->tx_peer || !tp->tx_active) {
+    case VERBS_T_RCREDIT:
+        if (peer != tp->tx_peer || !tp->tx_active) {
             verbs_protocol_error(tp, peer, "unexpected ring credit");
             return;
         }
-        memcpy(&seq, body, sizeof(seq));
-        if (ringbuf_tx_credit(&tp->trb, seq)) verbs_protocol_error(tp, peer, "ring credit for chunks never sent");
+        if (ringbuf_tx_credit(&tp->trb, m.value)) verbs_protocol_error(tp, peer, "ring credit for chunks never sent");
         return;
-    }
     default:
-        snprintf(why, sizeof(why), "unknown message type %u", w.type);
-        verbs_protocol_error(tp, peer, why);
+        return; /* verbs_msg_decode knows every type */
     }
 }
 
@@ -888,72 +845,26 @@ static int verbs_ring(oobx_tp_t *base, int prev, int next)
 static int verbs_address(oobx_tp_t *base, void *blob, size_t *len)
 {
     verbs_tp_t *tp = (verbs_tp_t *)base;
-    size_t dl = strlen(tp->dev);
-    size_t need = sizeof(verbs_blob_t) + dl;
+    size_t need = sizeof(verbs_blob_t) + strlen(tp->dev);
     if (*len < need)
         return oobx_fail(tp->log, OOBX_ERR_INVALID, "verbs: address needs %zu bytes, %zu given", need, *len);
-    verbs_blob_t b;
-    memset(&b, 0, sizeof(b));
-    b.magic = VERBS_BLOB_MAGIC;
-    b.version = VERBS_BLOB_VERSION;
-    b.hdr_bytes = sizeof(b);
-    b.host_id = tp->host_id;
-    b.pid = (uint32_t)getpid();
-    b.family = tp->my_addr.ss_family;
-    if (b.family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)&tp->my_addr;
-        b.port = ntohs(in->sin_port);
-        memcpy(b.addr, &in->sin_addr, 4);
-    } else {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&tp->my_addr;
-        b.port = ntohs(in6->sin6_port);
-        memcpy(b.addr, &in6->sin6_addr, 16);
-        b.scope_id = in6->sin6_scope_id;
-    }
-    b.dev_len = (uint8_t)dl;
-    memcpy(blob, &b, sizeof(b));
-    memcpy((char *)blob + sizeof(b), tp->dev, dl);
-    *len = need;
+    *len = verbs_card_encode(tp->host_id, (uint32_t)getpid(), &tp->my_addr, tp->dev, blob, *len);
     return 0;
 }
 
 static int verbs_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t len)
 {
     verbs_tp_t *tp = (verbs_tp_t *)base;
-    verbs_blob_t b;
+    verbs_card_t card;
+    char why[256];
     if (peer < 0 || peer >= tp->nranks)
         return oobx_fail(tp->log, OOBX_ERR_INVALID, "verbs: address for rank %d of %d", peer, tp->nranks);
-    if (len < sizeof(b))
-        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL, "verbs: address of rank %d is %zu bytes, too short", peer, len);
-    memcpy(&b, blob, sizeof(b));
-    if (b.magic != VERBS_BLOB_MAGIC)
-        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL,
-                         "verbs: address of rank %d is not a verbs address (do all ranks use the same transport?)", peer);
-    if (b.version != VERBS_BLOB_VERSION || b.hdr_bytes != sizeof(b))
-        return oobx_fail(tp->log, OOBX_ERR_MISMATCH, "verbs: address of rank %d has version %u, this is %u", peer,
-                         b.version, VERBS_BLOB_VERSION);
-    if (b.dev_len == 0 || b.dev_len >= VERBS_DEV_NAME_MAX || len != sizeof(b) + b.dev_len ||
-        (b.family != AF_INET && b.family != AF_INET6) || b.port == 0)
-        return oobx_fail(tp->log, OOBX_ERR_PROTOCOL,
-                         "verbs: address of rank %d is malformed (family %u, port %u, device name of %u bytes in a "
-                         "%zu-byte card)", peer, b.family, b.port, b.dev_len, len);
+    int rc = verbs_card_decode(blob, len, &card, why, sizeof(why));
+    if (rc) return oobx_fail(tp->log, rc, "verbs: address of rank %d: %s", peer, why);
     verbs_peer_t *p = &tp->peers[peer];
-    memset(&p->addr, 0, sizeof(p->addr));
-    if (b.family == AF_INET) {
-        struct sockaddr_in *in = (struct sockaddr_in *)&p->addr;
-        in->sin_family = AF_INET;
-        in->sin_port = htons(b.port);
-        memcpy(&in->sin_addr, b.addr, 4);
-    } else {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&p->addr;
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons(b.port);
-        memcpy(&in6->sin6_addr, b.addr, 16);
-        in6->sin6_scope_id = b.scope_id;
-    }
-    memcpy(p->dev, (const char *)blob + sizeof(b), b.dev_len);
-    p->dev[b.dev_len] = '\0';
-    p->pid = b.pid;
+    memcpy(&p->addr, &card.addr, sizeof(p->addr));
+    snprintf(p->dev, sizeof(p->dev), "%s", card.dev);
+    p->pid = card.hdr.pid;
     verbs_addr_format((struct sockaddr *)&p->addr, p->addr_text, sizeof(p->addr_text));
     p->have_addr = 1;
     return 0;

@@ -1,7 +1,8 @@
 /*
  * The raw verbs transport (librdmacm for connection set-up, libibverbs for
- * the data path): constants and wire formats shared by verbs.c, verbs_dev.c
- * and the unit test. docs/transports/verbs.md describes the protocol.
+ * the data path): constants shared by verbs.c, verbs_dev.c and the unit test.
+ * The wire formats and their parsers are verbs_wire.h; docs/transports/verbs.md
+ * describes the protocol.
  */
 #ifndef OOBX_VERBS_H
 #define OOBX_VERBS_H
@@ -14,14 +15,8 @@
 #include "settings.h"
 #include "log.h"
 #include "transport.h"
+#include "verbs_wire.h"
 
-#define VERBS_BLOB_MAGIC 0x4f585642u  /* "BVXO": an address card of this transport */
-#define VERBS_BLOB_VERSION 1
-#define VERBS_CM_MAGIC 0x4f58434du    /* "MCXO": connect / accept / reject private data */
-#define VERBS_CM_VERSION 1
-
-#define VERBS_RECV_DEPTH 64u          /* receives posted per QP = send credits of the peer */
-#define VERBS_BUF_BYTES 8192u         /* each receive buffer and send bounce buffer */
 #define VERBS_SEND_SLOTS 32u          /* send bounce buffers per QP */
 #define VERBS_READ_MAX 4u             /* RDMA READs in flight per QP (at most) */
 #define VERBS_READ_PIECE (1ull << 30) /* largest RDMA READ (and the device's max_msg_sz) */
@@ -31,83 +26,6 @@
 #define VERBS_RESOLVE_MS 2000         /* rdma_resolve_addr / rdma_resolve_route */
 #define VERBS_COPY_MAX (256u << 10)   /* larger messages are copied at send and done at once, up to this */
 #define VERBS_FLUSH_MS 200            /* destroy: bound on flushing queued sends */
-
-/* Every SEND starts with this header. */
-typedef struct verbs_wire {
-    uint8_t type;     /* VERBS_T_* */
-    uint8_t pad;
-    uint16_t credits; /* receives the sender re-posted for the receiver since its last report */
-    uint32_t pad2;
-} verbs_wire_t;
-
-enum {
-    VERBS_T_EAGER = 1,   /* oobx_msg_hdr_t + payload */
-    VERBS_T_RTS = 2,     /* oobx_msg_hdr_t + verbs_rts_t: read the payload */
-    VERBS_T_FIN = 3,     /* uint64_t id: the payload of RTS id has been read */
-    VERBS_T_CREDIT = 4,  /* nothing but the header's credits */
-    VERBS_T_SETUP = 5,   /* verbs_setup_t: the receiver's ring buffer for the link sender -> receiver */
-    VERBS_T_RCREDIT = 6, /* uint64_t: every ring chunk before this is free */
-};
-
-typedef struct verbs_rts {
-    uint64_t addr;
-    uint32_t rkey;
-    uint32_t pad;
-    uint64_t id;
-} verbs_rts_t;
-
-typedef struct verbs_setup {
-    uint64_t addr;
-    uint32_t rkey;
-    uint32_t slots;
-    uint32_t slot_bytes;
-    uint32_t pad;
-} verbs_setup_t;
-
-#define VERBS_EAGER_MAX (VERBS_BUF_BYTES - (uint32_t)sizeof(verbs_wire_t) - (uint32_t)sizeof(oobx_msg_hdr_t))
-
-/* The address card: this header, then dev_len bytes of device name. */
-typedef struct verbs_blob {
-    uint32_t magic;
-    uint16_t version;
-    uint16_t hdr_bytes;  /* sizeof(verbs_blob_t) */
-    uint64_t host_id;    /* hash of the host name */
-    uint32_t pid;
-    uint16_t family;     /* AF_INET or AF_INET6 */
-    uint16_t port;       /* listener's port, host order */
-    uint8_t addr[16];    /* IPv4 (first 4 bytes) or IPv6 address, network order */
-    uint32_t scope_id;   /* IPv6 scope */
-    uint8_t dev_len;     /* 1..63 */
-    uint8_t pad[3];
-} verbs_blob_t;
-
-#define VERBS_DEV_NAME_MAX 64
-
-/* Private data of rdma_connect and rdma_accept (<= 56 bytes). */
-typedef struct verbs_cm_hello {
-    uint32_t cm_magic;   /* VERBS_CM_MAGIC */
-    uint16_t version;    /* VERBS_CM_VERSION */
-    uint16_t pad;
-    uint64_t comm_magic; /* the communicator's magic */
-    uint32_t rank;
-    uint32_t nranks;
-} verbs_cm_hello_t;
-
-/* Private data of rdma_reject. */
-typedef struct verbs_cm_reject {
-    uint32_t cm_magic;
-    uint32_t code;       /* VERBS_REJ_* */
-} verbs_cm_reject_t;
-
-enum {
-    VERBS_REJ_MAGIC = 1,     /* not this protocol, or another communicator */
-    VERBS_REJ_VERSION = 2,
-    VERBS_REJ_RANK = 3,      /* rank out of range, or the listener's own */
-    VERBS_REJ_CROSSED = 4,   /* both connected at once; the lower rank's connection is kept */
-    VERBS_REJ_DUPLICATE = 5, /* a connection to that rank exists */
-    VERBS_REJ_FAILED = 6,    /* that rank was declared failed here */
-    VERBS_REJ_RESOURCES = 7, /* no QP could be made (VERBS_LINKS_MAX, memory) */
-};
 
 const char *verbs_reject_str(uint32_t code);
 

@@ -107,12 +107,7 @@ static int verbs_conn_qp(verbs_tp_t *tp, verbs_conn_t *c, char *why, size_t whyl
 
 static void verbs_conn_param(verbs_tp_t *tp, struct rdma_conn_param *cp, verbs_cm_hello_t *h)
 {
-    memset(h, 0, sizeof(*h));
-    h->cm_magic = VERBS_CM_MAGIC;
-    h->version = VERBS_CM_VERSION;
-    h->comm_magic = tp->magic;
-    h->rank = (uint32_t)tp->rank;
-    h->nranks = (uint32_t)tp->nranks;
+    verbs_cm_hello_encode(tp->magic, tp->rank, tp->nranks, h);
     memset(cp, 0, sizeof(*cp));
     cp->private_data = h;
     cp->private_data_len = sizeof(*h);
@@ -167,25 +162,18 @@ void verbs_reject(verbs_tp_t *tp, struct rdma_cm_id *id, uint32_t code)
 static void verbs_on_connect_request(verbs_tp_t *tp, struct rdma_cm_id *id, const unsigned char *pd, int plen)
 {
     verbs_cm_hello_t h;
-    uint32_t code = 0;
     char from[96], who[128], why[256];
     verbs_addr_format(rdma_get_peer_addr(id), from, sizeof(from));
-    if (plen < (int)sizeof(h)) {
-        code = VERBS_REJ_MAGIC;
-    } else {
-        memcpy(&h, pd, sizeof(h));
-        if (h.cm_magic != VERBS_CM_MAGIC || h.comm_magic != tp->magic)
-            code = VERBS_REJ_MAGIC;
-        else if (h.version != VERBS_CM_VERSION)
-            code = VERBS_REJ_VERSION;
-        else if (h.rank >= (uint32_t)tp->nranks || (int)h.rank == tp->rank || h.nranks != (uint32_t)tp->nranks)
-            code = VERBS_REJ_RANK;
+    verbs_cm_want_t want = {.comm_magic = tp->magic, .self = tp->rank, .nranks = tp->nranks, .peer = -1};
+    uint32_t code = verbs_cm_hello_check(pd, plen > 0 ? (size_t)plen : 0, &want, &h, why, sizeof(why));
+    if (code == 0 && tp->destroying) {
+        code = VERBS_REJ_FAILED;
+        snprintf(why, sizeof(why), "this rank is leaving");
     }
-    if (code == 0 && tp->destroying) code = VERBS_REJ_FAILED;
     if (code) {
         if (oobx_ratelimit_ok(&tp->rl))
-            OOBX_WARN(tp->log, "verbs: rejected a connection from %s on device %s: %s", from, tp->dev,
-                      verbs_reject_str(code));
+            OOBX_WARN(tp->log, "verbs: rejected a connection from %s on device %s: %s (%s)", from, tp->dev,
+                      verbs_reject_str(code), why);
         verbs_reject(tp, id, code);
         return;
     }
@@ -276,16 +264,11 @@ static void verbs_cm_event(verbs_tp_t *tp, int type, int status, struct rdma_cm_
     case RDMA_CM_EVENT_ESTABLISHED:
         if (!c->passive) {
             verbs_cm_hello_t h;
-            if (plen < (int)sizeof(h)) {
-                verbs_peer_fail(tp, peer, OOBX_ERR_PROTOCOL, "verbs: %s accepted without its hello", who);
-                return;
-            }
-            memcpy(&h, pd, sizeof(h));
-            if (h.cm_magic != VERBS_CM_MAGIC || h.comm_magic != tp->magic || h.version != VERBS_CM_VERSION ||
-                (int)h.rank != peer) {
+            verbs_cm_want_t want = {.comm_magic = tp->magic, .self = tp->rank, .nranks = tp->nranks, .peer = peer};
+            if (verbs_cm_hello_check(pd, plen > 0 ? (size_t)plen : 0, &want, &h, why, sizeof(why))) {
                 verbs_peer_fail(tp, peer, OOBX_ERR_PROTOCOL,
-                                "verbs: the listener at %s answered as rank %u of another communicator or version "
-                                "(expected rank %d)", p->addr_text, h.rank, peer);
+                                "verbs: the listener at %s (expected rank %d) accepted with a bad hello: %s",
+                                p->addr_text, peer, why);
                 return;
             }
         }
@@ -296,8 +279,7 @@ static void verbs_cm_event(verbs_tp_t *tp, int type, int status, struct rdma_cm_
         return;
     case RDMA_CM_EVENT_REJECTED: {
         verbs_cm_reject_t rj;
-        if (plen >= (int)sizeof(rj)) memcpy(&rj, pd, sizeof(rj));
-        if (plen >= (int)sizeof(rj) && rj.cm_magic == VERBS_CM_MAGIC) {
+        if (verbs_cm_reject_decode(pd, plen > 0 ? (size_t)plen : 0, &rj, why, sizeof(why)) == 0) {
             if (rj.code == VERBS_REJ_CROSSED) {
                 /* the peer's own connection is on its way */
                 OOBX_DEBUG(tp->log, "verbs: crossed connections with %s: waiting for its own", who);

@@ -2,6 +2,7 @@
  * encoders, plus a few near misses. Usage: mkseeds tests/fuzz/corpus */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,8 @@
 
 #include "ringbuf.h"
 #include "root.h"
+#include "ucx_wire.h"
+#include "verbs_wire.h"
 #include "wire.h"
 
 static const char *top;
@@ -150,6 +153,218 @@ static void ring(void)
     put("ringbuf", "three-messages", out, n);
 }
 
+/* ---- the transports' wire messages (verbs_wire.h, ucx_wire.h) ---- */
+
+static void verbs_cards(void)
+{
+    unsigned char b[VERBS_CARD_MAX];
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+    in->sin_family = AF_INET;
+    in->sin_port = htons(41233);
+    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    size_t n = verbs_card_encode(0x0123456789abcdefull, 4242, &ss, "emu0", b, sizeof b);
+    put("verbs_card", "ipv4", b, n);
+    put("verbs_card", "short", b, n - 1);
+    put("verbs_card", "header-only", b, sizeof(verbs_blob_t));
+    verbs_blob_t h;
+    memcpy(&h, b, sizeof h);
+    h.version = VERBS_BLOB_VERSION + 1;
+    memcpy(b, &h, sizeof h);
+    put("verbs_card", "version2", b, n);
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(41234);
+    in6->sin6_addr = in6addr_loopback;
+    in6->sin6_scope_id = 2;
+    char dev[VERBS_DEV_NAME_MAX];
+    memset(dev, 'm', sizeof dev - 1);
+    dev[sizeof dev - 1] = '\0';
+    n = verbs_card_encode(7, 1, &ss, dev, b, sizeof b);
+    put("verbs_card", "ipv6-longest-name", b, n);
+    n = verbs_card_encode(7, 1, &ss, "mlx5_0", b, sizeof b);
+    memcpy(&h, b, sizeof h);
+    h.port = 0;
+    memcpy(b, &h, sizeof h);
+    put("verbs_card", "port0", b, n);
+}
+
+static void verbs_cm(void)
+{
+    /* bytes 0-3 as fuzz_verbs_cm.c reads them: parser, nranks - 1, self, expected rank */
+    unsigned char b[4 + 56];
+    memset(b, 0, sizeof b);
+    verbs_cm_hello_t h;
+    verbs_cm_hello_encode(0x1122334455667788ull, 3, 8, &h);
+    b[1] = 7;
+    b[2] = 5;
+    b[3] = 0xff;
+    memcpy(b + 4, &h, sizeof h);
+    put("verbs_cm", "request", b, 4 + sizeof h);
+    put("verbs_cm", "request-padded", b, sizeof b); /* rdma_cm pads private data */
+    put("verbs_cm", "request-short", b, 4 + sizeof h - 1);
+    b[2] = 3;
+    put("verbs_cm", "request-self", b, 4 + sizeof h);
+    b[2] = 5;
+    b[3] = 3;
+    put("verbs_cm", "accept", b, 4 + sizeof h);
+    verbs_cm_hello_encode(0x99ull, 3, 8, &h);
+    memcpy(b + 4, &h, sizeof h);
+    put("verbs_cm", "accept-other-comm", b, 4 + sizeof h);
+    h.comm_magic = 0x1122334455667788ull;
+    h.version = VERBS_CM_VERSION + 1;
+    memcpy(b + 4, &h, sizeof h);
+    put("verbs_cm", "accept-version2", b, 4 + sizeof h);
+    verbs_cm_reject_t rj = {.cm_magic = VERBS_CM_MAGIC, .code = VERBS_REJ_CROSSED};
+    memset(b, 0, sizeof b);
+    b[0] = 1;
+    memcpy(b + 4, &rj, sizeof rj);
+    put("verbs_cm", "reject-crossed", b, 4 + sizeof rj);
+    put("verbs_cm", "reject-padded", b, sizeof b);
+    rj.cm_magic = 0;
+    memcpy(b + 4, &rj, sizeof rj);
+    put("verbs_cm", "reject-foreign", b, 4 + sizeof rj);
+}
+
+/* byte 0 as fuzz_verbs_msg.c reads it: the sender's rank */
+static void verbs_msg_put(const char *name, const verbs_msg_t *m, int src, size_t cut)
+{
+    static unsigned char b[1 + VERBS_BUF_BYTES];
+    b[0] = (unsigned char)src;
+    size_t n = verbs_msg_encode(m, b + 1, VERBS_BUF_BYTES);
+    if (n == 0) {
+        fprintf(stderr, "mkseeds: verbs message %s does not encode\n", name);
+        exit(1);
+    }
+    put("verbs_msg", name, b, 1 + n - cut);
+}
+
+static void verbs_msgs(void)
+{
+    static unsigned char pay[VERBS_EAGER_MAX];
+    for (size_t i = 0; i < sizeof pay; i++) pay[i] = (unsigned char)(i * 13);
+    verbs_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.w.type = VERBS_T_EAGER;
+    m.w.credits = 3;
+    m.hdr = (oobx_msg_hdr_t){.ctx = 9, .tag = 1, .len = 100, .src = 2, .kind = OOBX_MSG_P2P};
+    m.payload = pay;
+    verbs_msg_put("eager", &m, 2, 0);
+    verbs_msg_put("eager-cut", &m, 2, 1);
+    verbs_msg_put("eager-other-sender", &m, 5, 0);
+    m.hdr.len = VERBS_EAGER_MAX;
+    verbs_msg_put("eager-max", &m, 2, 0);
+    m.hdr.len = 0;
+    verbs_msg_put("eager-empty", &m, 2, 0);
+    m.w.type = VERBS_T_RTS;
+    m.hdr.len = 1 << 20;
+    m.rts = (verbs_rts_t){.addr = 0x7f0000001000ull, .rkey = 0x1234, .id = 77};
+    verbs_msg_put("rts", &m, 2, 0);
+    m.hdr.len = VERBS_EAGER_MAX;
+    verbs_msg_put("rts-small", &m, 2, 0);
+    m.w.type = VERBS_T_FIN;
+    m.value = 77;
+    verbs_msg_put("fin", &m, 2, 0);
+    m.w.type = VERBS_T_CREDIT;
+    m.w.credits = VERBS_RECV_DEPTH;
+    verbs_msg_put("credit", &m, 2, 0);
+    m.w.credits = VERBS_RECV_DEPTH + 1;
+    verbs_msg_put("credit-too-many", &m, 2, 0);
+    m.w.credits = 0;
+    m.w.type = VERBS_T_SETUP;
+    m.setup = (verbs_setup_t){.addr = 0x7f0000100000ull, .rkey = 0x99, .slots = 64, .slot_bytes = 4096};
+    verbs_msg_put("setup", &m, 2, 0);
+    m.setup.slot_bytes = 4100;
+    verbs_msg_put("setup-bad-slot", &m, 2, 0);
+    m.w.type = VERBS_T_RCREDIT;
+    m.value = 48;
+    verbs_msg_put("rcredit", &m, 2, 0);
+    m.w.type = 9;
+    unsigned char b[1 + sizeof(verbs_wire_t)] = {2};
+    memcpy(b + 1, &m.w, sizeof m.w);
+    put("verbs_msg", "unknown-type", b, sizeof b);
+}
+
+static void ucx_cards(void)
+{
+    unsigned char b[sizeof(ucx_blob_hdr_t) + 200];
+    unsigned char addr[200];
+    for (size_t i = 0; i < sizeof addr; i++) addr[i] = (unsigned char)(i * 31 + 1);
+    size_t n = ucx_card_encode(4242, "node017.cluster", addr, sizeof addr, b, sizeof b);
+    put("ucx_card", "card", b, n);
+    put("ucx_card", "short", b, n - 1);
+    put("ucx_card", "header-only", b, sizeof(ucx_blob_hdr_t));
+    n = ucx_card_encode(1, "a-host-name-longer-than-the-forty-seven-bytes-a-card-holds", addr, 16, b, sizeof b);
+    put("ucx_card", "long-host", b, n);
+    ucx_blob_hdr_t h;
+    memcpy(&h, b, sizeof h);
+    h.version = UCX_BLOB_VERSION + 1;
+    memcpy(b, &h, sizeof h);
+    put("ucx_card", "version2", b, n);
+    h.magic = VERBS_BLOB_MAGIC;
+    memcpy(b, &h, sizeof h);
+    put("ucx_card", "verbs-magic", b, n);
+}
+
+/* bytes 0-9 as fuzz_ucx_ctrl.c reads them: nranks - 1, self, tag */
+static void ucx_ctrl_put(const char *name, const ucx_msg_t *m, int src, size_t cut)
+{
+    static unsigned char b[10 + UCX_CTRL_MAX + UCX_EAGER_MAX];
+    uint64_t tag = ucx_tag(m->type, src, 12345);
+    b[0] = 15;
+    b[1] = 0;
+    for (int i = 0; i < 8; i++) b[2 + i] = (unsigned char)(tag >> (8 * i));
+    size_t n = ucx_msg_encode(m, b + 10, sizeof b - 10);
+    if (n == 0) {
+        fprintf(stderr, "mkseeds: ucx message %s does not encode\n", name);
+        exit(1);
+    }
+    put("ucx_ctrl", name, b, 10 + n - cut);
+}
+
+static void ucx_ctrls(void)
+{
+    static unsigned char pay[UCX_EAGER_MAX];
+    for (size_t i = 0; i < sizeof pay; i++) pay[i] = (unsigned char)(i * 7);
+    ucx_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = UCX_T_EAGER;
+    m.hdr = (oobx_msg_hdr_t){.ctx = 5, .tag = 2, .len = 200, .src = 3, .kind = OOBX_MSG_P2P};
+    m.payload = pay;
+    ucx_ctrl_put("eager", &m, 3, 0);
+    ucx_ctrl_put("eager-cut", &m, 3, 1);
+    ucx_ctrl_put("eager-from-self", &m, 0, 0);
+    m.hdr.len = UCX_EAGER_MAX;
+    ucx_ctrl_put("eager-max", &m, 3, 0);
+    m.type = UCX_T_HDR;
+    m.hdr.len = 1 << 20;
+    ucx_ctrl_put("hdr", &m, 3, 0);
+    m.hdr.len = UCX_EAGER_MAX;
+    ucx_ctrl_put("hdr-small", &m, 3, 0);
+    m.type = UCX_T_DOORBELL;
+    m.db = (ucx_doorbell_t){.seq = 40, .count = 3};
+    ucx_ctrl_put("doorbell", &m, 3, 0);
+    m.db.count = 0;
+    ucx_ctrl_put("doorbell-empty", &m, 3, 0);
+    m.type = UCX_T_CREDIT;
+    m.credit = 64;
+    ucx_ctrl_put("credit", &m, 3, 0);
+    static unsigned char key[300];
+    for (size_t i = 0; i < sizeof key; i++) key[i] = (unsigned char)(i ^ 0x5a);
+    m.type = UCX_T_SETUP;
+    m.setup = (ucx_setup_t){.slots = 64, .slot_bytes = 16384, .raddr = 0x7f0000200000ull, .rkey_len = sizeof key};
+    m.rkey = key;
+    ucx_ctrl_put("setup", &m, 3, 0);
+    ucx_ctrl_put("setup-cut", &m, 3, 1);
+    m.setup.slots = 1;
+    ucx_ctrl_put("setup-one-slot", &m, 3, 0);
+    m.setup.slots = 64;
+    m.setup.rkey_len = 0;
+    ucx_ctrl_put("setup-no-key", &m, 3, 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -164,5 +379,10 @@ int main(int argc, char **argv)
     msghdrs();
     ids();
     ring();
+    verbs_cards();
+    verbs_cm();
+    verbs_msgs();
+    ucx_cards();
+    ucx_ctrls();
     return 0;
 }
