@@ -178,7 +178,6 @@ struct ucx_tp {
     int fail_pending;       /* a peer failed and is not reported yet */
     int fatal;              /* the endpoint is unusable */
     int ring_mode;          /* UCX_RING_* */
-    int ctx_shm;            /* the context has a shared-memory transport (posix, sysv, xpmem) */
     ucx_ring_rx_t rrx;
     ucx_ring_tx_t rtx;
     oobx_ratelimit_t rl;
@@ -261,24 +260,6 @@ static void ucx_peer_watch(ucx_tp_t *tp, int peer)
     tp->nwatch++;
 }
 
-/* Whether the context has a shared-memory transport for active messages
- * (from UCX's own description of its resources: 1.13 has no query). */
-static int ucx_ctx_has_shm(ucp_context_h ctx)
-{
-    char *text = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&text, &n);
-    if (!f) return 1;
-    ucp_context_print_info(ctx, f);
-    fclose(f);
-    int shm = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line && !shm; line = strtok_r(NULL, "\n", &save))
-        shm = strstr(line, "resource") && (strstr(line, " posix/") || strstr(line, " sysv/") || strstr(line, " xpmem/"));
-    free(text);
-    return shm;
-}
-
 static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
@@ -287,11 +268,12 @@ static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
     /* UCX 1.13's shared-memory transports have no peer failure handling, and
      * an endpoint that asks for it is built without them (tcp only, or nothing
      * under UCX_TLS=posix,self). So a peer on this host gets an endpoint
-     * without error handling when the context has shared memory, and its
-     * death is seen from its pid; any other peer gets UCX's error handling
-     * (keepalive, connection errors), which also keeps UCX from reporting a
-     * peer that closed first as an error in the flush at destroy. */
-    int same_host = strcmp(p->host, tp->host) == 0 && tp->ctx_shm;
+     * without error handling, and its death is seen from its pid; a peer on
+     * another host gets UCX's error handling (keepalive, connection errors).
+     * (Error handling for same-host peers over tcp alone was tried: UCX 1.13's
+     * tcp transport then hits an internal assertion when a connect to a dead
+     * peer is refused, and aborts the process.) */
+    int same_host = strcmp(p->host, tp->host) == 0;
     ucp_ep_params_t ep_params = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
         .address = p->addr,
@@ -318,7 +300,7 @@ static ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
                       peer, p->host, p->pid, ucs_status_string(st));
         return NULL;
     }
-    if (strcmp(p->host, tp->host) == 0) ucx_peer_watch(tp, peer);
+    if (same_host) ucx_peer_watch(tp, peer);
     if (tp->log && tp->log->level >= OOBX_LOG_TRACE) {
         char *text = NULL;
         size_t n = 0;
@@ -1442,7 +1424,6 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_SERIALIZED,
     };
-    tp->ctx_shm = ucx_ctx_has_shm(tp->ctx);
     st = ucp_worker_create(tp->ctx, &wp, &tp->worker);
     if (st != UCS_OK) {
         tp->worker = NULL;
@@ -1623,6 +1604,9 @@ static void ucx_destroy(oobx_tp_t *base)
         free(closing);
         for (int n = 0; n < 64 && ucp_worker_progress(tp->worker); n++) {
         }
+        /* receives cancelled above whose callbacks came: their requests go
+         * back to UCX before the worker does */
+        ucx_orphans_sweep(tp);
         ucx_discard_unexpected(tp);
     }
     if (tp->rtx.rkey) ucp_rkey_destroy(tp->rtx.rkey);
