@@ -1401,6 +1401,19 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     /* UCX finds dead peers by keepalive; its default period (20 s) is longer
      * than a bootstrap should wait to hear of one. */
     if (!getenv("UCX_KEEPALIVE_INTERVAL")) ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", UCX_KEEPALIVE_DEFAULT);
+    /* UCX 1.13's cma transport (rendezvous by process_vm_readv) treats a
+     * peer that died during a transfer as a fatal error and aborts this
+     * process: a surviving rank must get OOBX_ERR_REMOTE instead. So cma is
+     * left out unless the user chose the transports. */
+    const char *user_tls = getenv("UCX_TLS");
+    if (!user_tls) {
+        if (ucp_config_modify(cfg, "TLS", "^cma") != UCS_OK)
+            OOBX_WARN(p->log, "ucx: UCX refused TLS=^cma; a peer dying during a shared-memory rendezvous may abort "
+                      "this process");
+    } else if (strstr(user_tls, "cma") && user_tls[0] != '^') {
+        OOBX_INFO(p->log, "ucx: UCX_TLS=%s includes cma: with UCX 1.13 a peer dying during a rendezvous over cma "
+                  "aborts this process", user_tls);
+    }
 
     ucp_params_t params = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
