@@ -107,8 +107,8 @@ typedef struct ring_run {
     int next_fwd;
     int fwd_limit;  /* receives that are forwarded */
     int next;       /* comm rank */
-    int err_index;  /* first failed receive, -1; -2: a forward failed (send_rc) */
-    int send_rc;    /* that failure: its text is the thread's last error */
+    int err_index;  /* first failed receive, -1 */
+    int send_rc;    /* a forward that failed: its text is the thread's last error */
 } ring_run_t;
 
 static int ring_progress(void *arg)
@@ -124,7 +124,6 @@ static int ring_progress(void *arg)
             oobx_sreq_t *s = &rr->q.s[rr->q.ns];
             int rc = ep_isend(rr->c, rr->next, OOBX_MSG_COLL, rr->q.tag, r->buf, r->received, s);
             if (rc != 0) {
-                rr->err_index = -2;
                 rr->send_rc = rc;
                 return 1;
             }
@@ -191,7 +190,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
         int slice = (me - 1 - rr.err_index / rr.nch + n) % n;
         rc = peer_error(c, rr.q.r[rr.err_index].status, prev, "allgather (ring): receiving the slice of group rank %d",
                         slice);
-    } else if (rc == 0 && rr.err_index == -2) {
+    } else if (rc == 0 && rr.send_rc) {
         rc = rr.send_rc; /* ep_isend said why, and logged it */
     } else if (rc == 0 && bad >= 0) {
         rc = peer_error(c, rr.q.s[bad].tp.status, rr.next, "allgather (ring): sending");
@@ -418,8 +417,8 @@ typedef struct bcast_run {
     int children[32];
     int nchildren;
     int next_fwd;
-    int err;     /* first failed receive, -1; -2: a forward failed (send_rc) */
-    int send_rc; /* that failure: its text is the thread's last error */
+    int err;     /* first failed receive, -1 */
+    int send_rc; /* a forward that failed: its text is the thread's last error */
 } bcast_run_t;
 
 static int bcast_progress(void *arg)
@@ -434,7 +433,6 @@ static int bcast_progress(void *arg)
         for (int k = 0; k < b->nchildren; k++) {
             int rc = ep_isend(b->c, b->children[k], OOBX_MSG_COLL, b->q.tag, r->buf, r->received, &b->q.s[b->q.ns]);
             if (rc != 0) {
-                b->err = -2;
                 b->send_rc = rc;
                 return 1;
             }
@@ -501,7 +499,7 @@ int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, 
     int bad = send_status(&b.q);
     if (rc == 0 && b.err >= 0) {
         rc = peer_error(c, b.q.r[b.err].status, parent, "broadcast from group rank %d: receiving", root);
-    } else if (rc == 0 && b.err == -2) {
+    } else if (rc == 0 && b.send_rc) {
         rc = b.send_rc; /* ep_isend said why, and logged it */
     } else if (rc == 0 && bad >= 0) {
         rc = peer_error(c, b.q.s[bad].tp.status, b.children[bad % (b.nchildren ? b.nchildren : 1)],
