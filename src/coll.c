@@ -46,13 +46,13 @@ static void reqs_release(struct oobx_comm *c, coll_reqs_t *q, int posted_r, void
 {
     int keep = 0;
     for (int i = 0; i < posted_r; i++)
-        if (!q->r[i].done && ep_cancel_recv(c, OOBX_MSG_COLL, q->tag, &q->r[i])) keep = 1;
+        if (!q->r[i].done && oobx__ep_cancel_recv(c, OOBX_MSG_COLL, q->tag, &q->r[i])) keep = 1;
     for (int i = 0; i < q->ns; i++)
         if (!q->s[i].tp.done) keep = 1;
     if (keep) {
-        ep_adopt(c->ep, q->r);
-        ep_adopt(c->ep, q->s);
-        ep_adopt(c->ep, extra);
+        oobx__ep_adopt(c->ep, q->r);
+        oobx__ep_adopt(c->ep, q->s);
+        oobx__ep_adopt(c->ep, extra);
     } else {
         free(q->r);
         free(q->s);
@@ -85,11 +85,11 @@ static int peer_error(struct oobx_comm *c, int status, int peer, const char *fmt
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
     comm_peer_name(c, peer, who, sizeof(who));
-    const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
+    const char *why = oobx__ep_failed_what(c->ep, comm_ep_rank(c, peer));
     if (status == OOBX_ERR_TRUNCATED)
-        return oobx_fail(&c->log, status, "rank %d: %s: %s sent more than expected (mismatched sizes between ranks?)",
+        return oobx__fail(&c->log, status, "rank %d: %s: %s sent more than expected (mismatched sizes between ranks?)",
                          c->rank, what, who);
-    return oobx_fail(&c->log, status, "rank %d: %s: %s: %s", c->rank, what, who, why ? why : oobx_strerror(status));
+    return oobx__fail(&c->log, status, "rank %d: %s: %s: %s", c->rank, what, who, why ? why : oobx_strerror(status));
 }
 
 /* ---- pipelined ring -------------------------------------------------------------- */
@@ -122,7 +122,7 @@ static int ring_progress(void *arg)
         }
         if (rr->next_fwd < rr->fwd_limit) {
             oobx_sreq_t *s = &rr->q.s[rr->q.ns];
-            int rc = ep_isend(rr->c, rr->next, OOBX_MSG_COLL, rr->q.tag, r->buf, r->received, s);
+            int rc = oobx__ep_isend(rr->c, rr->next, OOBX_MSG_COLL, rr->q.tag, r->buf, r->received, s);
             if (rc != 0) {
                 rr->send_rc = rc;
                 return 1;
@@ -157,7 +157,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
     int rc = reqs_alloc(&rr.q, nr, n * rr.nch);
     if (rc != 0) {
         reqs_release(c, &rr.q, 0, NULL);
-        return oobx_fail(&c->log, rc, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
+        return oobx__fail(&c->log, rc, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
     }
     rr.q.tag = coll_tag(g, 0);
     rr.fwd_limit = (n - 2) * rr.nch;
@@ -167,7 +167,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
         for (int k = 0; k < rr.nch && rc == 0; k++) {
             size_t off = (size_t)k * rr.chunk;
             size_t len = lens ? stride : (bpr - off < rr.chunk ? bpr - off : rr.chunk);
-            rc = ep_irecv(c, prev, OOBX_MSG_COLL, rr.q.tag, base + (size_t)slice * stride + off, len,
+            rc = oobx__ep_irecv(c, prev, OOBX_MSG_COLL, rr.q.tag, base + (size_t)slice * stride + off, len,
                           &rr.q.r[posted]);
             if (rc == 0) posted++;
         }
@@ -175,7 +175,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
     for (int k = 0; k < rr.nch && rc == 0; k++) {
         size_t off = (size_t)k * rr.chunk;
         size_t len = lens ? lens[me] : (bpr - off < rr.chunk ? bpr - off : rr.chunk);
-        rc = ep_isend(c, rr.next, OOBX_MSG_COLL, rr.q.tag, base + (size_t)me * stride + off, len, &rr.q.s[rr.q.ns]);
+        rc = oobx__ep_isend(c, rr.next, OOBX_MSG_COLL, rr.q.tag, base + (size_t)me * stride + off, len, &rr.q.s[rr.q.ns]);
         if (rc == 0) rr.q.ns++;
     }
     rr.q.nr = posted;
@@ -183,15 +183,15 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
         reqs_release(c, &rr.q, posted, NULL);
         return rc;
     }
-    uint64_t t0 = oobx_now_ns();
-    rc = ep_wait(c, ring_progress, &rr, oobx_deadline(c->settings.timeout_ms));
+    uint64_t t0 = oobx__now_ns();
+    rc = oobx__ep_wait(c, ring_progress, &rr, oobx__deadline(c->settings.timeout_ms));
     int bad = send_status(&rr.q);
     if (rc == 0 && rr.err_index >= 0) {
         int slice = (me - 1 - rr.err_index / rr.nch + n) % n;
         rc = peer_error(c, rr.q.r[rr.err_index].status, prev, "allgather (ring): receiving the slice of group rank %d",
                         slice);
     } else if (rc == 0 && rr.send_rc) {
-        rc = rr.send_rc; /* ep_isend said why, and logged it */
+        rc = rr.send_rc; /* oobx__ep_isend said why, and logged it */
     } else if (rc == 0 && bad >= 0) {
         rc = peer_error(c, rr.q.s[bad].tp.status, rr.next, "allgather (ring): sending");
     } else if (rc != 0) {
@@ -200,7 +200,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
         rc = comm_wait_error(c, rc,
                              "allgather (ring) at rank %d: after %.0f ms, %d of %d pieces in; waiting for the data of "
                              "rank %d (the first whose data never came) from predecessor rank %d",
-                             c->rank, (oobx_now_ns() - t0) / 1e6, first, nr, member(g, slice), prev);
+                             c->rank, (oobx__now_ns() - t0) / 1e6, first, nr, member(g, slice), prev);
     }
     if (rc == 0 && lens) {
         for (int s = 1; s < n; s++) lens[(me - s + n) % n] = rr.q.r[s - 1].received;
@@ -229,19 +229,19 @@ static int exchange(struct oobx_comm *c, coll_reqs_t *q, int to, const void *sbu
                     size_t rlen, const char *what)
 {
     q->ns = 0;
-    int rc = ep_irecv(c, from, OOBX_MSG_COLL, q->tag, rbuf, rlen, &q->r[0]);
+    int rc = oobx__ep_irecv(c, from, OOBX_MSG_COLL, q->tag, rbuf, rlen, &q->r[0]);
     if (rc != 0) return rc;
-    rc = ep_isend(c, to, OOBX_MSG_COLL, q->tag, sbuf, slen, &q->s[0]);
+    rc = oobx__ep_isend(c, to, OOBX_MSG_COLL, q->tag, sbuf, slen, &q->s[0]);
     if (rc != 0) return -1000 + rc; /* the receive is posted: the caller cancels it */
     q->ns = 1;
     pair_run_t p = {&q->r[0], &q->s[0]};
-    uint64_t t0 = oobx_now_ns();
-    rc = ep_wait(c, pair_done, &p, oobx_deadline(c->settings.timeout_ms));
+    uint64_t t0 = oobx__now_ns();
+    rc = oobx__ep_wait(c, pair_done, &p, oobx__deadline(c->settings.timeout_ms));
     if (rc != 0) {
         char who[160];
         comm_peer_name(c, q->r[0].done ? to : from, who, sizeof(who));
         return -1000 + comm_wait_error(c, rc, "rank %d: %s: after %.0f ms still waiting for %s %s", c->rank, what,
-                                       (oobx_now_ns() - t0) / 1e6, q->r[0].done ? "the send to" : "the message of",
+                                       (oobx__now_ns() - t0) / 1e6, q->r[0].done ? "the send to" : "the message of",
                                        who);
     }
     if (q->r[0].status) return peer_error(c, q->r[0].status, from, "%s: receiving", what);
@@ -264,7 +264,7 @@ static int bruck_allgather(struct oobx_comm *c, const coll_group_t *g, char *buf
     coll_reqs_t q;
     if (!tmp || reqs_alloc(&q, 1, 1) != 0) {
         free(tmp);
-        return oobx_fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a Bruck allgather", c->rank);
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a Bruck allgather", c->rank);
     }
     memcpy(tmp, buf + (size_t)me * bpr, bpr);
     int rc = 0;
@@ -310,7 +310,7 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
     coll_reqs_t q;
     if (reqs_alloc(&q, 32, 1) != 0) {
         reqs_release(c, &q, 0, NULL);
-        return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     }
     q.tag = coll_tag(g, 1);
     int rc = 0, posted = 0;
@@ -318,13 +318,13 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
     for (int m = 1; m < low && vr + m < n && rc == 0; m <<= 1) {
         int child = vr + m, end = child + m < n ? child + m : n;
         children[posted] = child;
-        rc = ep_irecv(c, member(g, child), OOBX_MSG_COLL, q.tag, buf + (size_t)child * bpr, (size_t)(end - child) * bpr,
+        rc = oobx__ep_irecv(c, member(g, child), OOBX_MSG_COLL, q.tag, buf + (size_t)child * bpr, (size_t)(end - child) * bpr,
                       &q.r[posted]);
         if (rc == 0) posted++;
     }
     gather_run_t gr = {&q, posted};
-    uint64_t t0 = oobx_now_ns();
-    if (rc == 0) rc = ep_wait(c, gather_done, &gr, oobx_deadline(c->settings.timeout_ms));
+    uint64_t t0 = oobx__now_ns();
+    if (rc == 0) rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings.timeout_ms));
     for (int i = 0; rc == 0 && i < posted; i++)
         if (q.r[i].status) {
             rc = peer_error(c, q.r[i].status, member(g, children[i]), "%s (gather): receiving", what);
@@ -338,19 +338,19 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
         int k = 0;
         while (k < posted && q.r[k].done) k++;
         rc = comm_wait_error(c, rc, "rank %d: %s (gather): after %.0f ms still waiting for group rank %d (rank %d)",
-                             c->rank, what, (oobx_now_ns() - t0) / 1e6, children[k < posted ? k : 0],
+                             c->rank, what, (oobx__now_ns() - t0) / 1e6, children[k < posted ? k : 0],
                              member(g, children[k < posted ? k : 0]));
         reqs_release(c, &q, posted, NULL);
         return rc;
     }
     if (vr != 0) {
         int parent = vr - low, end = vr + low < n ? vr + low : n;
-        rc = ep_isend(c, member(g, parent), OOBX_MSG_COLL, q.tag, buf + (size_t)vr * bpr, (size_t)(end - vr) * bpr,
+        rc = oobx__ep_isend(c, member(g, parent), OOBX_MSG_COLL, q.tag, buf + (size_t)vr * bpr, (size_t)(end - vr) * bpr,
                       &q.s[0]);
         if (rc == 0) {
             q.ns = 1;
             gr.nr = 0;
-            rc = ep_wait(c, gather_done, &gr, oobx_deadline(c->settings.timeout_ms));
+            rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings.timeout_ms));
             if (rc != 0)
                 rc = comm_wait_error(c, rc, "rank %d: %s (gather): sending to rank %d", c->rank, what,
                                      member(g, parent));
@@ -362,7 +362,7 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
     return rc;
 }
 
-int coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
+int oobx__coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
 {
     if (g->n == 1 || bpr == 0) return 0;
     if (!strcmp(algo, "bruck")) return bruck_allgather(c, g, buf, bpr);
@@ -371,13 +371,13 @@ int coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t
     int tree = !strcmp(algo, "tree") || (small && c->ep->oversubscribed);
     if (tree) {
         int rc = tree_gather(c, g, buf, bpr, "allgather (tree)");
-        return rc ? rc : coll_bcast(c, g, 0, buf, (size_t)g->n * bpr);
+        return rc ? rc : oobx__coll_bcast(c, g, 0, buf, (size_t)g->n * bpr);
     }
     if (small) return bruck_allgather(c, g, buf, bpr);
     return ring_allgather(c, g, buf, bpr, bpr, NULL);
 }
 
-int coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *lens)
+int oobx__coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *lens)
 {
     coll_group_t g = {.n = c->nranks, .me = c->rank, .members = NULL, .gid = 0, .seq = c->coll_seq++};
     if (c->nranks == 1) return 0;
@@ -386,17 +386,17 @@ int coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *l
 
 /* ---- barrier ---------------------------------------------------------------------------- */
 
-int coll_barrier(struct oobx_comm *c, const coll_group_t *g)
+int oobx__coll_barrier(struct oobx_comm *c, const coll_group_t *g)
 {
     int n = g->n, me = g->me;
     if (n == 1) return 0;
     if (c->ep->oversubscribed && n > 2) {
         /* 2(n-1) messages instead of n*log2(n): what counts when ranks share cores */
         int rc = tree_gather(c, g, NULL, 0, "barrier");
-        return rc ? rc : coll_bcast(c, g, 0, NULL, 0);
+        return rc ? rc : oobx__coll_bcast(c, g, 0, NULL, 0);
     }
     coll_reqs_t q;
-    if (reqs_alloc(&q, 1, 1) != 0) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    if (reqs_alloc(&q, 1, 1) != 0) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     int rc = 0;
     unsigned step = 0;
     for (int dist = 1; dist < n && rc == 0; dist <<= 1, step++) {
@@ -431,7 +431,7 @@ static int bcast_progress(void *arg)
             return 1;
         }
         for (int k = 0; k < b->nchildren; k++) {
-            int rc = ep_isend(b->c, b->children[k], OOBX_MSG_COLL, b->q.tag, r->buf, r->received, &b->q.s[b->q.ns]);
+            int rc = oobx__ep_isend(b->c, b->children[k], OOBX_MSG_COLL, b->q.tag, r->buf, r->received, &b->q.s[b->q.ns]);
             if (rc != 0) {
                 b->send_rc = rc;
                 return 1;
@@ -444,7 +444,7 @@ static int bcast_progress(void *arg)
     return b->next_fwd == b->q.nr && all_sent(&b->q);
 }
 
-int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, size_t bytes)
+int oobx__coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, size_t bytes)
 {
     int n = g->n;
     if (n == 1) return 0;
@@ -468,7 +468,7 @@ int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, 
     int rc = reqs_alloc(&b.q, parent >= 0 ? nch : 0, nch * (b.nchildren ? b.nchildren : 1));
     if (rc != 0) {
         reqs_release(c, &b.q, 0, NULL);
-        return oobx_fail(&c->log, rc, "out of memory for a broadcast");
+        return oobx__fail(&c->log, rc, "out of memory for a broadcast");
     }
     b.q.tag = coll_tag(g, 0);
     int posted = 0;
@@ -477,7 +477,7 @@ int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, 
         for (int k = 0; k < nch && rc == 0; k++) {
             size_t off = (size_t)k * chunk;
             size_t len = bytes - off < chunk ? bytes - off : chunk;
-            rc = ep_irecv(c, parent, OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.r[k]);
+            rc = oobx__ep_irecv(c, parent, OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.r[k]);
             if (rc == 0) posted++;
         }
     } else {
@@ -485,7 +485,7 @@ int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, 
             size_t off = (size_t)k * chunk;
             size_t len = bytes - off < chunk ? bytes - off : chunk;
             for (int j = 0; j < b.nchildren && rc == 0; j++) {
-                rc = ep_isend(c, b.children[j], OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.s[b.q.ns]);
+                rc = oobx__ep_isend(c, b.children[j], OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.s[b.q.ns]);
                 if (rc == 0) b.q.ns++;
             }
         }
@@ -494,19 +494,19 @@ int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, 
         reqs_release(c, &b.q, posted, NULL);
         return rc;
     }
-    uint64_t t0 = oobx_now_ns();
-    rc = ep_wait(c, bcast_progress, &b, oobx_deadline(c->settings.timeout_ms));
+    uint64_t t0 = oobx__now_ns();
+    rc = oobx__ep_wait(c, bcast_progress, &b, oobx__deadline(c->settings.timeout_ms));
     int bad = send_status(&b.q);
     if (rc == 0 && b.err >= 0) {
         rc = peer_error(c, b.q.r[b.err].status, parent, "broadcast from group rank %d: receiving", root);
     } else if (rc == 0 && b.send_rc) {
-        rc = b.send_rc; /* ep_isend said why, and logged it */
+        rc = b.send_rc; /* oobx__ep_isend said why, and logged it */
     } else if (rc == 0 && bad >= 0) {
         rc = peer_error(c, b.q.s[bad].tp.status, b.children[bad % (b.nchildren ? b.nchildren : 1)],
                         "broadcast: sending");
     } else if (rc != 0) {
         rc = comm_wait_error(c, rc, "broadcast from group rank %d at rank %d: after %.0f ms, %d of %d chunks in from parent rank %d",
-                             root, c->rank, (oobx_now_ns() - t0) / 1e6, b.next_fwd, b.q.nr, parent);
+                             root, c->rank, (oobx__now_ns() - t0) / 1e6, b.next_fwd, b.q.nr, parent);
     }
     reqs_release(c, &b.q, posted, NULL);
     return rc;

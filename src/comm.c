@@ -34,17 +34,17 @@ int comm_wait_error(struct oobx_comm *c, int rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    if (rc == OOBX_ERR_ABORTED) return oobx_fail(&c->log, rc, "%s: aborted", what);
-    return oobx_fail(&c->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, c->settings.timeout_ms);
+    if (rc == OOBX_ERR_ABORTED) return oobx__fail(&c->log, rc, "%s: aborted", what);
+    return oobx__fail(&c->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, c->settings.timeout_ms);
 }
 
 static int check_comm(oobx_comm_t c, const char *fn)
 {
-    if (!c) return oobx_fail(NULL, OOBX_ERR_INVALID, "%s: communicator is NULL", fn);
+    if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "%s: communicator is NULL", fn);
     if (atomic_load(&c->aborted))
-        return oobx_fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the communicator was aborted", fn, c->rank);
+        return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the communicator was aborted", fn, c->rank);
     if (c->user_abort && *c->user_abort)
-        return oobx_fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the abort flag is set", fn, c->rank);
+        return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the abort flag is set", fn, c->rank);
     return 0;
 }
 
@@ -62,7 +62,7 @@ static void comm_free(struct oobx_comm *c)
     if (!c) return;
     free(c->ep_rank);
     free(c->gseq);
-    oobx_log_close(&c->log);
+    oobx__log_close(&c->log);
     free(c);
 }
 
@@ -91,7 +91,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
     int rc = OOBX_ERR_UNAVAILABLE;
     for (int i = 0; i < n; i++) {
         const oobx_tp_ops_t *ops;
-        rc = oobx_tp_lookup(order[i], &ops, why, sizeof(why));
+        rc = oobx__tp_lookup(order[i], &ops, why, sizeof(why));
         if (rc == 0) {
             rc = ops->create(p, &c->ep->tp);
             if (rc != 0) snprintf(why, sizeof(why), "%s", oobx_last_error());
@@ -105,7 +105,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
             OOBX_INFO(&c->log, "transport %s not used: %s; trying %s", order[i], why, order[i + 1]);
             continue;
         }
-        return oobx_fail(&c->log, rc, "rank %d: transport %s cannot run: %s", c->rank, order[i], why);
+        return oobx__fail(&c->log, rc, "rank %d: transport %s cannot run: %s", c->rank, order[i], why);
     }
     return rc;
 }
@@ -125,10 +125,10 @@ static void card_header(char *out)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1) ncpu = 1;
     if (ncpu > 65535) ncpu = 65535;
-    oobx_put_u16(p, CARD_MAGIC);
-    oobx_put_u16(p + 2, (uint16_t)ncpu);
-    oobx_put_u32(p + 4, 0);
-    oobx_put_u64(p + 8, oobx_hash64(host, strlen(host), 0x686f7374ull));
+    oobx__put_u16(p, CARD_MAGIC);
+    oobx__put_u16(p + 2, (uint16_t)ncpu);
+    oobx__put_u32(p + 4, 0);
+    oobx__put_u64(p + 8, oobx__hash64(host, strlen(host), 0x686f7374ull));
 }
 
 static int host_cmp(const void *a, const void *b)
@@ -142,7 +142,7 @@ static int cards_oversubscribed(const unsigned char *items, size_t cap, int n)
 {
     uint64_t *hosts = malloc((size_t)n * sizeof(*hosts));
     if (!hosts) return 0;
-    for (int r = 0; r < n; r++) hosts[r] = oobx_get_u64(items + (size_t)r * cap + 8);
+    for (int r = 0; r < n; r++) hosts[r] = oobx__get_u64(items + (size_t)r * cap + 8);
     qsort(hosts, (size_t)n, sizeof(*hosts), host_cmp);
     int over = 0;
     for (int i = 0; i < n && !over;) {
@@ -150,8 +150,8 @@ static int cards_oversubscribed(const unsigned char *items, size_t cap, int n)
         while (j < n && hosts[j] == hosts[i]) j++;
         int ncpu = 0x7fffffff;
         for (int r = 0; r < n; r++)
-            if (oobx_get_u64(items + (size_t)r * cap + 8) == hosts[i]) {
-                int v = oobx_get_u16(items + (size_t)r * cap + 2);
+            if (oobx__get_u64(items + (size_t)r * cap + 8) == hosts[i]) {
+                int v = oobx__get_u16(items + (size_t)r * cap + 2);
                 if (v < ncpu) ncpu = v;
             }
         if (j - i > ncpu) over = 1;
@@ -164,14 +164,14 @@ static int cards_oversubscribed(const unsigned char *items, size_t cap, int n)
 static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const root_handle_t *roots,
                        const oobx_settings_t *s, const oobx_config_t *cfg, uint64_t hosted_magic)
 {
-    uint64_t t0 = oobx_now_ns();
+    uint64_t t0 = oobx__now_ns();
     struct oobx_comm *c = comm_alloc(s);
-    if (!c) return oobx_fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    if (!c) return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
     char host[64] = "";
     gethostname(host, sizeof(host) - 1);
     char prefix[96];
     snprintf(prefix, sizeof(prefix), "rank %d/%d", rank, nranks);
-    oobx_log_open(&c->log, s, prefix);
+    oobx__log_open(&c->log, s, prefix);
     c->rank = rank;
     c->nranks = nranks;
     c->user_abort = cfg && cfg->struct_size >= offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag)
@@ -179,17 +179,17 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
                         : NULL;
     c->ctx = roots[0].magic;
     c->root_magic = hosted_magic;
-    oobx_cancel_t cancel = {.deadline_ns = oobx_deadline(s->timeout_ms), .user_abort = c->user_abort,
+    oobx_cancel_t cancel = {.deadline_ns = oobx__deadline(s->timeout_ms), .user_abort = c->user_abort,
                             .aborted = &c->aborted};
-    int rc = ep_create(s, &c->log, &c->ep);
-    if (rc == 0) rc = ep_set_size(c->ep, rank, nranks);
+    int rc = oobx__ep_create(s, &c->log, &c->ep);
+    if (rc == 0) rc = oobx__ep_set_size(c->ep, rank, nranks);
     if (rc != 0) {
         comm_free(c);
-        return oobx_fail(NULL, rc, "rank %d: cannot create its endpoint: %s", rank, oobx_last_error());
+        return oobx__fail(NULL, rc, "rank %d: cannot create its endpoint: %s", rank, oobx_last_error());
     }
     oobx_tp_params_t p = {.rank = rank, .nranks = nranks, .magic = c->ctx, .settings = &c->settings,
-                          .log = &c->log, .sink = ep_sink(c->ep), .root_hint = &roots[0].addr.sa,
-                          .root_hint_len = sock_addr_len(&roots[0].addr),
+                          .log = &c->log, .sink = oobx__ep_sink(c->ep), .root_hint = &roots[0].addr.sa,
+                          .root_hint_len = oobx__sock_addr_len(&roots[0].addr),
                           .wake_fd = c->ep->wake_fd};
     const char *tname = "socket";
     pthread_mutex_lock(&c->ep->lock);
@@ -197,7 +197,7 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     pthread_mutex_unlock(&c->ep->lock);
     if (rc != 0) goto fail;
     snprintf(c->transport, sizeof(c->transport), "%s", tname);
-    uint64_t t_create = oobx_now_ns();
+    uint64_t t_create = oobx__now_ns();
 
     char *items = NULL;
     size_t *lens = NULL;
@@ -205,44 +205,44 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     size_t blob_len = sizeof(blob), next_len = 0;
     rc = c->ep->tp->ops->address(c->ep->tp, blob, &blob_len);
     if (rc != 0) {
-        rc = oobx_fail(&c->log, rc, "rank %d: transport %s has no address: %s", rank, tname, oobx_last_error());
+        rc = oobx__fail(&c->log, rc, "rank %d: transport %s has no address: %s", rank, tname, oobx_last_error());
         goto fail;
     }
     root_client_t rcl = {.rank = rank, .nranks = nranks, .nroots = nids, .roots = roots, .tpid = tpid_of(tname),
                          .blob = blob, .blob_len = blob_len, .settings = &c->settings, .log = &c->log,
                          .cancel = &cancel};
     double delay = 0;
-    rc = root_exchange(&rcl, next_blob, &next_len, &delay);
+    rc = oobx__root_exchange(&rcl, next_blob, &next_len, &delay);
     if (rc != 0) goto fail;
-    uint64_t t_root = oobx_now_ns();
+    uint64_t t_root = oobx__now_ns();
     c->timings.delay = delay;
 
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
     pthread_mutex_lock(&c->ep->lock);
     if (nranks > 1) rc = c->ep->tp->ops->set_peer(c->ep->tp, next, next_blob, next_len);
     if (rc == 0 && nranks > 1 && c->ep->tp->ops->ring) rc = c->ep->tp->ops->ring(c->ep->tp, -1, next);
-    uint64_t t_ring = oobx_now_ns();
+    uint64_t t_ring = oobx__now_ns();
     /* every rank's card (host and CPUs, then the transport address), over the ring */
     const size_t cap = CARD_HDR + OOBX_ADDR_MAX;
     items = malloc((size_t)nranks * cap);
     lens = calloc((size_t)nranks, sizeof(*lens));
-    if (rc == 0 && (!items || !lens)) rc = oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory for %d addresses", nranks);
+    if (rc == 0 && (!items || !lens)) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory for %d addresses", nranks);
     if (rc == 0) {
         card_header(items + (size_t)rank * cap);
         memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
         lens[rank] = CARD_HDR + blob_len;
-        rc = coll_ring_allgatherv(c, items, cap, lens);
+        rc = oobx__coll_ring_allgatherv(c, items, cap, lens);
     }
     for (int r = 0; rc == 0 && r < nranks; r++) {
-        if (lens[r] <= CARD_HDR || oobx_get_u16((unsigned char *)items + (size_t)r * cap) != CARD_MAGIC) {
-            rc = oobx_fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: the card of rank %d is malformed (%zu bytes)", rank, r,
+        if (lens[r] <= CARD_HDR || oobx__get_u16((unsigned char *)items + (size_t)r * cap) != CARD_MAGIC) {
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: the card of rank %d is malformed (%zu bytes)", rank, r,
                            lens[r]);
             break;
         }
         if (r == rank) continue;
         rc = c->ep->tp->ops->set_peer(c->ep->tp, r, items + (size_t)r * cap + CARD_HDR, lens[r] - CARD_HDR);
         if (rc != 0)
-            rc = oobx_fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
+            rc = oobx__fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
                            lens[r] - CARD_HDR, oobx_last_error());
     }
     if (rc == 0) c->ep->oversubscribed = cards_oversubscribed((unsigned char *)items, cap, nranks);
@@ -253,7 +253,7 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     free(items);
     free(lens);
     if (rc != 0) goto fail;
-    uint64_t t_end = oobx_now_ns();
+    uint64_t t_end = oobx__now_ns();
     c->timings.create = (t_create - t0) / 1e9;
     c->timings.root = (t_root - t_create) / 1e9 - delay;
     c->timings.ring = (t_ring - t_root) / 1e9;
@@ -269,20 +269,20 @@ fail:
         int saved = rc;
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", oobx_last_error());
-        ep_release(c->ep);
+        oobx__ep_release(c->ep);
         comm_free(c);
-        oobx_set_last_error("%s", msg);
+        oobx__set_last_error("%s", msg);
         return saved;
     }
 }
 
 int oobx_get_unique_id(oobx_unique_id_t *id)
 {
-    if (!id) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_get_unique_id: id is NULL");
+    if (!id) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_get_unique_id: id is NULL");
     oobx_settings_t s;
-    int rc = oobx_settings_load(&s, NULL);
+    int rc = oobx__settings_load(&s, NULL);
     if (rc != 0) return rc;
-    root_registry_reap(0, 0);
+    oobx__root_registry_reap(0, 0);
     oobx_sockaddr_t bind_addr;
     char why[600];
     memset(&bind_addr, 0, sizeof(bind_addr));
@@ -292,44 +292,44 @@ int oobx_get_unique_id(oobx_unique_id_t *id)
         snprintf(first, sizeof(first), "%s", s.comm_id);
         char *comma = strchr(first, ',');
         if (comma) *comma = '\0';
-        rc = sock_addr_parse(first, s.socket_family, &bind_addr, why, sizeof(why));
-        if (rc != 0) return oobx_fail(NULL, rc, "OOBX_COMM_ID: %s", why);
+        rc = oobx__sock_addr_parse(first, s.socket_family, &bind_addr, why, sizeof(why));
+        if (rc != 0) return oobx__fail(NULL, rc, "OOBX_COMM_ID: %s", why);
     } else {
         topo_request_t req = {.ifname_spec = s.socket_ifname, .family = s.socket_family,
                               .allow_linklocal = s.socket_linklocal, .pci_target = s.topo_pci[0] ? s.topo_pci : NULL};
         topo_if_t ifc;
-        rc = topo_pick_if(&req, &ifc, why, sizeof(why));
-        if (rc != 0) return oobx_fail(NULL, rc, "oobx_get_unique_id: no interface for the root: %s", why);
+        rc = oobx__topo_pick_if(&req, &ifc, why, sizeof(why));
+        if (rc != 0) return oobx__fail(NULL, rc, "oobx_get_unique_id: no interface for the root: %s", why);
         memcpy(&bind_addr, &ifc.addr, ifc.addrlen);
-        sock_addr_set_port(&bind_addr, 0);
+        oobx__sock_addr_set_port(&bind_addr, 0);
     }
     root_handle_t h;
-    rc = root_start(&bind_addr, oobx_random64(), &s, &h, why, sizeof(why));
-    if (rc != 0) return oobx_fail(NULL, rc, "oobx_get_unique_id: cannot start a root: %s", why);
-    root_handle_encode(&h, id);
+    rc = oobx__root_start(&bind_addr, oobx__random64(), &s, &h, why, sizeof(why));
+    if (rc != 0) return oobx__fail(NULL, rc, "oobx_get_unique_id: cannot start a root: %s", why);
+    oobx__root_handle_encode(&h, id);
     return 0;
 }
 
 int oobx_comm_init(oobx_comm_t *comm, int nranks, int rank, int nids, const oobx_unique_id_t *ids,
                    const oobx_config_t *cfg)
 {
-    if (!comm) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: comm is NULL");
+    if (!comm) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: comm is NULL");
     if (nranks < 1 || rank < 0 || rank >= nranks)
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: rank %d of %d is out of range", rank, nranks);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: rank %d of %d is out of range", rank, nranks);
     if (nids < 1 || nids > nranks || !ids)
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: rank %d: %d unique ids for %d ranks (1..nranks allowed, ids not NULL)",
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init: rank %d: %d unique ids for %d ranks (1..nranks allowed, ids not NULL)",
                          rank, nids, nranks);
     oobx_settings_t s;
-    int rc = oobx_settings_load(&s, cfg);
+    int rc = oobx__settings_load(&s, cfg);
     if (rc != 0) return rc;
     root_handle_t *roots = calloc((size_t)nids, sizeof(*roots));
-    if (!roots) return oobx_fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    if (!roots) return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
     for (int i = 0; i < nids; i++) {
         char why[300];
-        rc = root_handle_decode(&ids[i], &roots[i], why, sizeof(why));
+        rc = oobx__root_handle_decode(&ids[i], &roots[i], why, sizeof(why));
         if (rc != 0) {
             free(roots);
-            return oobx_fail(NULL, rc, "oobx_comm_init: rank %d: unique id %d: %s", rank, i, why);
+            return oobx__fail(NULL, rc, "oobx_comm_init: rank %d: unique id %d: %s", rank, i, why);
         }
     }
     rc = init_common(comm, nranks, rank, nids, roots, &s, cfg, 0);
@@ -351,7 +351,7 @@ static int env_int(const char *a, const char *b, int *out)
 
 int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
 {
-    if (!comm) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init_from_env: comm is NULL");
+    if (!comm) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init_from_env: comm is NULL");
     static const char *const pairs[][3] = {
         {"OOBX_RANK", "OOBX_NRANKS", "oobx"},
         {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
@@ -364,7 +364,7 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     for (size_t i = 0; i < OOBX_ARRAY_SIZE(pairs); i++) {
         int a = env_int(pairs[i][0], NULL, &rank), b = env_int(pairs[i][1], NULL, &nranks);
         if (a < 0 || b < 0)
-            return oobx_fail(NULL, OOBX_ERR_INVALID, "%s=%s / %s=%s are not numbers", pairs[i][0],
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=%s / %s=%s are not numbers", pairs[i][0],
                              getenv(pairs[i][0]) ? getenv(pairs[i][0]) : "", pairs[i][1],
                              getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "");
         if (a && b) {
@@ -374,13 +374,13 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
         rank = nranks = -1;
     }
     if (!from)
-        return oobx_fail(NULL, OOBX_ERR_INVALID,
+        return oobx__fail(NULL, OOBX_ERR_INVALID,
                          "oobx_comm_init_from_env: no rank and size in the environment (OOBX_RANK/OOBX_NRANKS, "
                          "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE or RANK/WORLD_SIZE)");
     if (nranks < 1 || rank < 0 || rank >= nranks)
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "rank %d of %d from %s is out of range", rank, nranks, from);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d of %d from %s is out of range", rank, nranks, from);
     oobx_settings_t s;
-    int rc = oobx_settings_load(&s, cfg);
+    int rc = oobx__settings_load(&s, cfg);
     if (rc != 0) return rc;
     char list[1024];
     if (s.comm_id[0]) {
@@ -391,7 +391,7 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
         const char *host = getenv("MASTER_ADDR");
         snprintf(list, sizeof(list), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     } else {
-        return oobx_fail(NULL, OOBX_ERR_INVALID,
+        return oobx__fail(NULL, OOBX_ERR_INVALID,
                          "rank %d: no root address: set OOBX_COMM_ID=host:port[,host:port...] (or MASTER_ADDR and MASTER_PORT)",
                          rank);
     }
@@ -399,42 +399,42 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     for (const char *p = list; *p; p++)
         if (*p == ',') nids++;
     if (nids > nranks)
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %d roots for %d ranks", nids, nranks);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %d roots for %d ranks", nids, nranks);
     /* the magic: from the addresses and the job, the same on every rank */
     const char *job = s.job_key[0] ? s.job_key : getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "";
-    uint64_t magic = oobx_hash64(list, strlen(list), oobx_hash64(job, strlen(job), 0x6f6f6278ull));
-    magic = oobx_mix64(magic, (uint64_t)nranks);
+    uint64_t magic = oobx__hash64(list, strlen(list), oobx__hash64(job, strlen(job), 0x6f6f6278ull));
+    magic = oobx__mix64(magic, (uint64_t)nranks);
     root_handle_t *roots = calloc((size_t)nids, sizeof(*roots));
     oobx_unique_id_t *ids = calloc((size_t)nids, sizeof(*ids));
     if (!roots || !ids) {
         free(roots);
         free(ids);
-        return oobx_fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+        return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
     }
     char *save = NULL;
     int i = 0;
     uint64_t hosted = 0;
     for (char *tok = strtok_r(list, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save), i++) {
         char why[600];
-        rc = sock_addr_parse(tok, s.socket_family, &roots[i].addr, why, sizeof(why));
+        rc = oobx__sock_addr_parse(tok, s.socket_family, &roots[i].addr, why, sizeof(why));
         if (rc != 0) {
-            rc = oobx_fail(NULL, rc, "OOBX_COMM_ID entry %d: %s", i, why);
+            rc = oobx__fail(NULL, rc, "OOBX_COMM_ID entry %d: %s", i, why);
             break;
         }
         for (int k = 0; k < i; k++)
-            if (sock_addr_len(&roots[k].addr) == sock_addr_len(&roots[i].addr) &&
-                !memcmp(&roots[k].addr, &roots[i].addr, sock_addr_len(&roots[i].addr))) {
-                rc = oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %s twice (entries %d and %d): every root needs its own address",
+            if (oobx__sock_addr_len(&roots[k].addr) == oobx__sock_addr_len(&roots[i].addr) &&
+                !memcmp(&roots[k].addr, &roots[i].addr, oobx__sock_addr_len(&roots[i].addr))) {
+                rc = oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %s twice (entries %d and %d): every root needs its own address",
                                tok, k, i);
                 break;
             }
         if (rc != 0) break;
-        roots[i].magic = oobx_mix64(magic, (uint64_t)i);
-        if (rank == root_first_rank(i, nranks, nids)) {
+        roots[i].magic = oobx__mix64(magic, (uint64_t)i);
+        if (rank == oobx__root_first_rank(i, nranks, nids)) {
             root_handle_t h;
-            rc = root_start(&roots[i].addr, roots[i].magic, &s, &h, why, sizeof(why));
+            rc = oobx__root_start(&roots[i].addr, roots[i].magic, &s, &h, why, sizeof(why));
             if (rc != 0) {
-                rc = oobx_fail(NULL, rc, "rank %d cannot host root %d at %s: %s", rank, i, tok, why);
+                rc = oobx__fail(NULL, rc, "rank %d cannot host root %d at %s: %s", rank, i, tok, why);
                 break;
             }
             hosted = roots[i].magic;
@@ -450,14 +450,14 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
 
 int oobx_comm_rank(oobx_comm_t c, int *rank)
 {
-    if (!c || !rank) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_rank: NULL argument");
+    if (!c || !rank) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_rank: NULL argument");
     *rank = c->rank;
     return 0;
 }
 
 int oobx_comm_size(oobx_comm_t c, int *nranks)
 {
-    if (!c || !nranks) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_size: NULL argument");
+    if (!c || !nranks) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_size: NULL argument");
     *nranks = c->nranks;
     return 0;
 }
@@ -509,31 +509,31 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
     int rc = check_comm(c, "oobx_send");
     if (rc) return rc;
     if (peer < 0 || peer >= c->nranks)
-        return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: peer %d is not in 0..%d", c->rank, peer,
+        return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: peer %d is not in 0..%d", c->rank, peer,
                          c->nranks - 1);
-    if (!buf && bytes) return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: buf is NULL", c->rank);
+    if (!buf && bytes) return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: buf is NULL", c->rank);
     oobx_sreq_t *s = malloc(sizeof(*s));
-    if (!s) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    if (!s) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&c->ep->lock);
-    rc = ep_isend(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, bytes, s);
+    rc = oobx__ep_isend(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, bytes, s);
     if (rc == 0 && !s->tp.done) {
         one_req_t o = {NULL, s};
-        uint64_t t0 = oobx_now_ns();
-        rc = ep_wait(c, one_done, &o, oobx_deadline(c->settings.timeout_ms));
+        uint64_t t0 = oobx__now_ns();
+        rc = oobx__ep_wait(c, one_done, &o, oobx__deadline(c->settings.timeout_ms));
         if (rc != 0) {
             char who[160];
             comm_peer_name(c, peer, who, sizeof(who));
             rc = comm_wait_error(c, rc, "oobx_send of %zu bytes (tag %d) from rank %d to %s after %.0f ms", bytes, tag,
-                                 c->rank, who, (oobx_now_ns() - t0) / 1e6);
-            ep_adopt(c->ep, s);
+                                 c->rank, who, (oobx__now_ns() - t0) / 1e6);
+            oobx__ep_adopt(c->ep, s);
             s = NULL;
         }
     }
     if (rc == 0 && s->tp.status) {
         char who[160];
         comm_peer_name(c, peer, who, sizeof(who));
-        const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
-        rc = oobx_fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->rank, who,
+        const char *why = oobx__ep_failed_what(c->ep, comm_ep_rank(c, peer));
+        rc = oobx__fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->rank, who,
                        why ? why : oobx_strerror(s->tp.status));
     }
     pthread_mutex_unlock(&c->ep->lock);
@@ -546,40 +546,40 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
     int rc = check_comm(c, "oobx_recv");
     if (rc) return rc;
     if (peer < 0 || peer >= c->nranks)
-        return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: peer %d is not in 0..%d", c->rank, peer,
+        return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: peer %d is not in 0..%d", c->rank, peer,
                          c->nranks - 1);
-    if (!buf && capacity) return oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: buf is NULL", c->rank);
+    if (!buf && capacity) return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: buf is NULL", c->rank);
     oobx_rreq_t *r = malloc(sizeof(*r));
-    if (!r) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    if (!r) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     char who[160];
     pthread_mutex_lock(&c->ep->lock);
-    rc = ep_irecv(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, capacity, r);
+    rc = oobx__ep_irecv(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, capacity, r);
     if (rc == 0) {
         uint64_t t0 = 0;
         if (!r->done) {
             one_req_t o = {r, NULL};
-            t0 = oobx_now_ns();
-            rc = ep_wait(c, one_done, &o, oobx_deadline(c->settings.timeout_ms));
+            t0 = oobx__now_ns();
+            rc = oobx__ep_wait(c, one_done, &o, oobx__deadline(c->settings.timeout_ms));
         }
         if (rc != 0 || r->status || (!received && r->received != capacity))
             comm_peer_name(c, peer, who, sizeof(who)); /* only errors need the name */
         if (rc != 0) {
             rc = comm_wait_error(c, rc, "oobx_recv at rank %d from %s (tag %d, capacity %zu) after %.0f ms", c->rank,
-                                 who, tag, capacity, (oobx_now_ns() - t0) / 1e6);
-            if (ep_cancel_recv(c, OOBX_MSG_P2P, p2p_tag(tag), r)) {
-                ep_adopt(c->ep, r);
+                                 who, tag, capacity, (oobx__now_ns() - t0) / 1e6);
+            if (oobx__ep_cancel_recv(c, OOBX_MSG_P2P, p2p_tag(tag), r)) {
+                oobx__ep_adopt(c->ep, r);
                 r = NULL;
             }
         } else if (r->status == OOBX_ERR_TRUNCATED) {
-            rc = oobx_fail(&c->log, OOBX_ERR_TRUNCATED,
+            rc = oobx__fail(&c->log, OOBX_ERR_TRUNCATED,
                            "oobx_recv at rank %d: the message from %s (tag %d) has %zu bytes, more than the capacity %zu",
                            c->rank, who, tag, r->msg_len, capacity);
         } else if (r->status) {
-            const char *why = ep_failed_what(c->ep, comm_ep_rank(c, peer));
-            rc = oobx_fail(&c->log, r->status, "oobx_recv at rank %d from %s (tag %d): %s", c->rank, who, tag,
+            const char *why = oobx__ep_failed_what(c->ep, comm_ep_rank(c, peer));
+            rc = oobx__fail(&c->log, r->status, "oobx_recv at rank %d from %s (tag %d): %s", c->rank, who, tag,
                            why ? why : oobx_strerror(r->status));
         } else if (!received && r->received != capacity) {
-            rc = oobx_fail(&c->log, OOBX_ERR_TRUNCATED,
+            rc = oobx__fail(&c->log, OOBX_ERR_TRUNCATED,
                            "oobx_recv at rank %d: the message from %s (tag %d) has %zu bytes but %zu were expected (pass "
                            "`received` to accept shorter messages)",
                            c->rank, who, tag, r->received, capacity);
@@ -614,18 +614,18 @@ static uint32_t group_seq(struct oobx_comm *c, uint64_t gid)
 static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int n, coll_group_t *g)
 {
     if (!ranks || n < 1 || n > c->nranks)
-        return oobx_fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: %d ranks in the group (1..%d allowed, ranks not NULL)",
+        return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: %d ranks in the group (1..%d allowed, ranks not NULL)",
                          fn, c->rank, n, c->nranks);
     int me = -1;
     for (int i = 0; i < n; i++) {
         if (ranks[i] < 0 || ranks[i] >= c->nranks)
-            return oobx_fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: group entry %d is rank %d, not in 0..%d", fn,
+            return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: group entry %d is rank %d, not in 0..%d", fn,
                              c->rank, i, ranks[i], c->nranks - 1);
         if (ranks[i] == c->rank) me = i;
     }
     if (me < 0)
-        return oobx_fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d is not in the group it was called with", fn, c->rank);
-    uint64_t gid = oobx_hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0xffffffull;
+        return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d is not in the group it was called with", fn, c->rank);
+    uint64_t gid = oobx__hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0xffffffull;
     if (gid == 0) gid = 1;
     g->n = n;
     g->me = me;
@@ -652,9 +652,9 @@ static coll_group_t whole(struct oobx_comm *c)
 int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
 {
     COLL_ENTER("oobx_allgather");
-    if (!buf && bpr) rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->rank);
+    if (!buf && bpr) rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->rank);
     coll_group_t g = whole(c);
-    if (rc == 0) rc = coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
+    if (rc == 0) rc = oobx__coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
     COLL_LEAVE();
 }
 
@@ -662,7 +662,7 @@ int oobx_barrier(oobx_comm_t c)
 {
     COLL_ENTER("oobx_barrier");
     coll_group_t g = whole(c);
-    rc = coll_barrier(c, &g);
+    rc = oobx__coll_barrier(c, &g);
     COLL_LEAVE();
 }
 
@@ -670,12 +670,12 @@ int oobx_bcast(oobx_comm_t c, int root, void *buf, size_t bytes)
 {
     COLL_ENTER("oobx_bcast");
     if (root < 0 || root >= c->nranks)
-        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: root %d is not in 0..%d", c->rank, root,
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: root %d is not in 0..%d", c->rank, root,
                        c->nranks - 1);
     else if (!buf && bytes)
-        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: buf is NULL", c->rank);
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: buf is NULL", c->rank);
     coll_group_t g = whole(c);
-    if (rc == 0) rc = coll_bcast(c, &g, root, buf, bytes);
+    if (rc == 0) rc = oobx__coll_bcast(c, &g, root, buf, bytes);
     COLL_LEAVE();
 }
 
@@ -685,8 +685,8 @@ int oobx_group_allgather(oobx_comm_t c, const int *ranks, int n, void *buf, size
     coll_group_t g;
     rc = make_group(c, "oobx_group_allgather", ranks, n, &g);
     if (rc == 0 && !buf && bpr)
-        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_group_allgather: rank %d: buf is NULL", c->rank);
-    if (rc == 0) rc = coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_allgather: rank %d: buf is NULL", c->rank);
+    if (rc == 0) rc = oobx__coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
     COLL_LEAVE();
 }
 
@@ -695,7 +695,7 @@ int oobx_group_barrier(oobx_comm_t c, const int *ranks, int n)
     COLL_ENTER("oobx_group_barrier");
     coll_group_t g;
     rc = make_group(c, "oobx_group_barrier", ranks, n, &g);
-    if (rc == 0) rc = coll_barrier(c, &g);
+    if (rc == 0) rc = oobx__coll_barrier(c, &g);
     COLL_LEAVE();
 }
 
@@ -705,11 +705,11 @@ int oobx_group_bcast(oobx_comm_t c, const int *ranks, int n, int root_index, voi
     coll_group_t g;
     rc = make_group(c, "oobx_group_bcast", ranks, n, &g);
     if (rc == 0 && (root_index < 0 || root_index >= n))
-        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: root index %d is not in 0..%d", c->rank,
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: root index %d is not in 0..%d", c->rank,
                        root_index, n - 1);
     if (rc == 0 && !buf && bytes)
-        rc = oobx_fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: buf is NULL", c->rank);
-    if (rc == 0) rc = coll_bcast(c, &g, root_index, buf, bytes);
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: buf is NULL", c->rank);
+    if (rc == 0) rc = oobx__coll_bcast(c, &g, root_index, buf, bytes);
     COLL_LEAVE();
 }
 
@@ -729,18 +729,18 @@ static int split_cmp(const void *a, const void *b)
 int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
 {
     struct oobx_comm *c = parent;
-    if (!child) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_split: child is NULL");
+    if (!child) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_split: child is NULL");
     COLL_ENTER("oobx_comm_split");
     int32_t *all = malloc((size_t)c->nranks * 2 * sizeof(int32_t));
     split_entry_t *mine = malloc((size_t)c->nranks * sizeof(*mine));
     struct oobx_comm *k = NULL;
     uint32_t split_no = c->split_seq++;
-    if (!all || !mine) rc = oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    if (!all || !mine) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     if (rc == 0) {
         all[2 * c->rank] = color < 0 ? -1 : color;
         all[2 * c->rank + 1] = key;
         coll_group_t g = whole(c);
-        rc = coll_allgather(c, &g, all, 2 * sizeof(int32_t), "auto");
+        rc = oobx__coll_allgather(c, &g, all, 2 * sizeof(int32_t), "auto");
     }
     int n = 0;
     if (rc == 0 && color >= 0) {
@@ -750,7 +750,7 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
         k = comm_alloc(&c->settings);
         if (k) k->ep_rank = malloc((size_t)n * sizeof(int));
         if (!k || !k->ep_rank) {
-            rc = oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+            rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
         } else {
             for (int i = 0; i < n; i++) {
                 k->ep_rank[i] = comm_ep_rank(c, mine[i].rank);
@@ -760,12 +760,12 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
             k->ep = c->ep;
             c->ep->refs++;
             k->user_abort = c->user_abort;
-            k->ctx = oobx_mix64(oobx_mix64(c->ctx, split_no + 1ull), (uint64_t)(uint32_t)color);
+            k->ctx = oobx__mix64(oobx__mix64(c->ctx, split_no + 1ull), (uint64_t)(uint32_t)color);
             snprintf(k->transport, sizeof(k->transport), "%s", c->transport);
             char prefix[96];
             snprintf(prefix, sizeof(prefix), "rank %d/%d (split %u color %d of rank %d)", k->rank, n, split_no, color,
                      c->rank);
-            oobx_log_open(&k->log, &c->settings, prefix);
+            oobx__log_open(&k->log, &c->settings, prefix);
         }
     }
     pthread_mutex_unlock(&c->ep->lock);
@@ -783,11 +783,11 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
 
 int oobx_comm_abort(oobx_comm_t c)
 {
-    if (!c) return oobx_fail(NULL, OOBX_ERR_INVALID, "oobx_comm_abort: communicator is NULL");
+    if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_abort: communicator is NULL");
     /* under the lock, so that the sleeper either sees the flag or gets the wake-up */
     pthread_mutex_lock(&c->ep->lock);
     atomic_store(&c->aborted, 1);
-    ep_wake(c->ep);
+    oobx__ep_wake(c->ep);
     pthread_cond_broadcast(&c->ep->cond);
     pthread_mutex_unlock(&c->ep->lock);
     return 0;
@@ -799,10 +799,10 @@ int oobx_comm_destroy(oobx_comm_t c)
     uint64_t hosted = c->root_magic;
     pthread_mutex_lock(&c->ep->lock);
     int shared = c->ep->refs > 1;
-    if (shared) ep_purge_ctx(c->ep, c->ctx);
+    if (shared) oobx__ep_purge_ctx(c->ep, c->ctx);
     pthread_mutex_unlock(&c->ep->lock);
-    ep_release(c->ep);
+    oobx__ep_release(c->ep);
     comm_free(c);
-    root_registry_reap(hosted, hosted ? 200 : 0);
+    oobx__root_registry_reap(hosted, hosted ? 200 : 0);
     return 0;
 }

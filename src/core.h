@@ -102,37 +102,37 @@ static inline int comm_ep_rank(const struct oobx_comm *c, int r)
 }
 
 /* ---- endpoint (src/ep.c) ---- */
-int ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out);
-void ep_release(oobx_ep_t *ep);
+int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out);
+void oobx__ep_release(oobx_ep_t *ep);
 /* the transport sink that points at ep */
-oobx_tp_sink_t ep_sink(oobx_ep_t *ep);
+oobx_tp_sink_t oobx__ep_sink(oobx_ep_t *ep);
 
 /* All of these are called with ep->lock held. */
-int ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
+int oobx__ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
              oobx_sreq_t *req);
 /* Posts a receive from comm rank peer. Returns 0 or an error (peer failed). */
-int ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *req);
+int oobx__ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *req);
 /* Cancels an incomplete posted receive (on error paths). Returns 1 when the
  * transport may still write into it: then its memory (and its buffer) must
- * be handed to ep_adopt instead of freed. */
-int ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *req);
+ * be handed to oobx__ep_adopt instead of freed. */
+int oobx__ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *req);
 /* Wakes the thread sleeping for the endpoint (lock held). */
-void ep_wake(oobx_ep_t *ep);
+void oobx__ep_wake(oobx_ep_t *ep);
 /* The endpoint frees p when it goes away. */
-void ep_adopt(oobx_ep_t *ep, void *p);
-int ep_set_size(oobx_ep_t *ep, int rank, int nranks);
+void oobx__ep_adopt(oobx_ep_t *ep, void *p);
+int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks);
 
 /* Sleeps until done(arg) is true, making progress. done may post more
  * requests. Returns 0, OOBX_ERR_TIMEOUT or OOBX_ERR_ABORTED; the caller writes
  * the error message. */
 typedef int (*ep_done_fn)(void *arg);
-int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns);
+int oobx__ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns);
 
 /* Drops the queued messages of a communicator that goes away (its endpoint lives on). */
-void ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx);
+void oobx__ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx);
 
 /* Text for why peer (endpoint rank) failed, or NULL. */
-const char *ep_failed_what(oobx_ep_t *ep, int peer);
+const char *oobx__ep_failed_what(oobx_ep_t *ep, int peer);
 
 /* ---- collectives (src/coll.c) ---- */
 typedef struct coll_group {
@@ -142,16 +142,16 @@ typedef struct coll_group {
     uint32_t seq;
 } coll_group_t;
 
-int coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo);
-int coll_barrier(struct oobx_comm *c, const coll_group_t *g);
-int coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, size_t bytes);
+int oobx__coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo);
+int oobx__coll_barrier(struct oobx_comm *c, const coll_group_t *g);
+int oobx__coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, size_t bytes);
 /* Ring allgather of variable-length items of at most cap bytes: items[i]
  * (cap bytes each) holds rank i's item, lens[i] its length; used at init. */
-int coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *lens);
+int oobx__coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *lens);
 
 /* Describes comm rank r for messages: "rank 3 (10.0.0.7:4100)". */
 void comm_peer_name(struct oobx_comm *c, int r, char *buf, size_t len);
-/* Status of an ep_wait that ended early, with the message written. */
+/* Status of an oobx__ep_wait that ended early, with the message written. */
 int comm_wait_error(struct oobx_comm *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -23,7 +23,7 @@ struct oobx_mq {
 
 static size_t mq_hash(const oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag)
 {
-    uint64_t h = oobx_mix64(ctx ^ ((uint64_t)kind << 56), tag ^ ((uint64_t)(uint32_t)src << 20));
+    uint64_t h = oobx__mix64(ctx ^ ((uint64_t)kind << 56), tag ^ ((uint64_t)(uint32_t)src << 20));
     return (size_t)h & (ep->nbuckets - 1);
 }
 
@@ -240,7 +240,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
     OOBX_DEBUG(ep->log, "peer %d failed: %s", peer, what);
 }
 
-oobx_tp_sink_t ep_sink(oobx_ep_t *ep)
+oobx_tp_sink_t oobx__ep_sink(oobx_ep_t *ep)
 {
     oobx_tp_sink_t s = {.core = ep, .msg_begin = sink_msg_begin, .msg_end = sink_msg_end,
                         .peer_failed = sink_peer_failed};
@@ -249,7 +249,7 @@ oobx_tp_sink_t ep_sink(oobx_ep_t *ep)
 
 /* ---- life cycle ---- */
 
-int ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out)
+int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out)
 {
     oobx_ep_t *ep = calloc(1, sizeof(*ep));
     if (!ep) return OOBX_ERR_NOMEM;
@@ -269,8 +269,8 @@ int ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out)
      * timeout of its own and the kernel arms no timer per sleep. */
     ep->wake_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (!ep->buckets || ep->wake_fd < 0) {
-        int rc = ep->wake_fd < 0 ? oobx_fail(log, OOBX_ERR_SYSTEM, "timerfd_create: %s", strerror(errno)) : OOBX_ERR_NOMEM;
-        ep_release(ep);
+        int rc = ep->wake_fd < 0 ? oobx__fail(log, OOBX_ERR_SYSTEM, "timerfd_create: %s", strerror(errno)) : OOBX_ERR_NOMEM;
+        oobx__ep_release(ep);
         return rc;
     }
     *out = ep;
@@ -278,8 +278,8 @@ int ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out)
 }
 
 /* Call with nranks known, before the transport starts. */
-int ep_set_size(oobx_ep_t *ep, int rank, int nranks);
-int ep_set_size(oobx_ep_t *ep, int rank, int nranks)
+int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks);
+int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks)
 {
     ep->rank = rank;
     ep->nranks = nranks;
@@ -288,7 +288,7 @@ int ep_set_size(oobx_ep_t *ep, int rank, int nranks)
     return ep->failed && ep->failed_what ? 0 : OOBX_ERR_NOMEM;
 }
 
-void ep_release(oobx_ep_t *ep)
+void oobx__ep_release(oobx_ep_t *ep)
 {
     if (!ep) return;
     pthread_mutex_lock(&ep->lock);
@@ -338,7 +338,7 @@ void ep_release(oobx_ep_t *ep)
     free(ep);
 }
 
-void ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx)
+void oobx__ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx)
 {
     for (size_t b = 0; b < ep->nbuckets; b++) {
         for (oobx_mq_t *q = ep->buckets[b], *nq; q; q = nq) {
@@ -360,14 +360,14 @@ void ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx)
     }
 }
 
-const char *ep_failed_what(oobx_ep_t *ep, int peer)
+const char *oobx__ep_failed_what(oobx_ep_t *ep, int peer)
 {
     return peer >= 0 && peer < ep->nranks ? ep->failed_what[peer] : NULL;
 }
 
 /* ---- posting ---- */
 
-void ep_wake(oobx_ep_t *ep)
+void oobx__ep_wake(oobx_ep_t *ep)
 {
     struct itimerspec now = {.it_value = {.tv_sec = 0, .tv_nsec = 1}};
     timerfd_settime(ep->wake_fd, 0, &now, NULL);
@@ -379,7 +379,7 @@ void ep_wake(oobx_ep_t *ep)
  * caller looks at its conditions after this, before it sleeps. */
 static void ep_arm(oobx_ep_t *ep, uint64_t deadline_ns)
 {
-    uint64_t now = oobx_now_ns();
+    uint64_t now = oobx__now_ns();
     if (ep->timer_at != 0 && ep->timer_at > now && ep->timer_at <= deadline_ns) return;
     struct itimerspec at = {.it_value = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
                                          .tv_nsec = (long)(deadline_ns % 1000000000ull)}};
@@ -389,10 +389,10 @@ static void ep_arm(oobx_ep_t *ep, uint64_t deadline_ns)
 
 static void wake_poller(oobx_ep_t *ep)
 {
-    if (ep->poller) ep_wake(ep);
+    if (ep->poller) oobx__ep_wake(ep);
 }
 
-int ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
+int oobx__ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
              oobx_sreq_t *req)
 {
     oobx_ep_t *ep = c->ep;
@@ -404,7 +404,7 @@ int ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const v
     if (dst == ep->rank) {
         void *cookie = NULL;
         void *d = sink_msg_begin(ep, &h, &cookie);
-        if (!cookie) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory for a message of %zu bytes to self", len);
+        if (!cookie) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory for a message of %zu bytes to self", len);
         if (len && d) memcpy(d, buf, len);
         sink_msg_end(ep, cookie);
         req->tp.done = 1;
@@ -413,7 +413,7 @@ int ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const v
     if (ep->failed[dst]) {
         char who[160];
         comm_peer_name(c, peer, who, sizeof(who));
-        return oobx_fail(&c->log, ep->failed[dst], "cannot send to %s: %s", who, ep->failed_what[dst]);
+        return oobx__fail(&c->log, ep->failed[dst], "cannot send to %s: %s", who, ep->failed_what[dst]);
     }
     int rc = ep->tp->ops->send(ep->tp, dst, &h, buf, &req->tp);
     if (rc != 0) return rc;
@@ -421,7 +421,7 @@ int ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const v
     return 0;
 }
 
-int ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *r)
+int oobx__ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *r)
 {
     oobx_ep_t *ep = c->ep;
     int src = comm_ep_rank(c, peer);
@@ -430,7 +430,7 @@ int ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *b
     r->buf = buf;
     r->cap = cap;
     oobx_mq_t *q = mq_find(ep, c->ctx, kind, src, tag, 1);
-    if (!q) return oobx_fail(&c->log, OOBX_ERR_NOMEM, "out of memory posting a receive");
+    if (!q) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory posting a receive");
     if (q->ux_head) {
         oobx_ux_t *u = q->ux_head;
         q->ux_head = u->next;
@@ -466,7 +466,7 @@ int ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *b
     return 0;
 }
 
-int ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *r)
+int oobx__ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *r)
 {
     oobx_ep_t *ep = c->ep;
     if (r->done) return 0;
@@ -506,7 +506,7 @@ int ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t
     return 0;
 }
 
-void ep_adopt(oobx_ep_t *ep, void *p)
+void oobx__ep_adopt(oobx_ep_t *ep, void *p)
 {
     if (!p) return;
     void **n = realloc(ep->graveyard, (ep->ngraveyard + 1) * sizeof(*n));
@@ -524,7 +524,7 @@ static int cancel_check(struct oobx_comm *c)
     return 0;
 }
 
-int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns)
+int oobx__ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns)
 {
     oobx_ep_t *ep = c->ep;
     oobx_tp_t *tp = ep->tp;
@@ -532,10 +532,10 @@ int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_n
         if (done(arg)) return 0;
         int rc = cancel_check(c);
         if (rc) return rc;
-        if (deadline_ns != UINT64_MAX && oobx_now_ns() >= deadline_ns) return OOBX_ERR_TIMEOUT;
+        if (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns) return OOBX_ERR_TIMEOUT;
         if (ep->poller) {
             /* another thread polls for us; it broadcasts after each round */
-            int ms = oobx_ms_left(deadline_ns, c->user_abort ? 50 : 1000);
+            int ms = oobx__ms_left(deadline_ns, c->user_abort ? 50 : 1000);
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000ull;
@@ -546,13 +546,13 @@ int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_n
         }
         ep->poller = 1;
         if (ep->spin_us > 0) {
-            uint64_t until = oobx_now_ns() + (uint64_t)ep->spin_us * 1000ull;
+            uint64_t until = oobx__now_ns() + (uint64_t)ep->spin_us * 1000ull;
             do {
                 tp->ops->progress(tp);
                 if (done(arg)) break;
                 pthread_mutex_unlock(&ep->lock);
                 pthread_mutex_lock(&ep->lock);
-            } while (oobx_now_ns() < until);
+            } while (oobx__now_ns() < until);
         }
         if (!done(arg) && !cancel_check(c)) {
             /* No progress() first: the sleep returns at once when something is
@@ -560,7 +560,7 @@ int ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_n
             struct pollfd fds[16];
             int nfds = 0;
             int ms = -1;
-            if (c->user_abort) ms = oobx_ms_left(deadline_ns, 50); /* nobody tells us when it changes */
+            if (c->user_abort) ms = oobx__ms_left(deadline_ns, 50); /* nobody tells us when it changes */
             else if (deadline_ns != UINT64_MAX) ep_arm(ep, deadline_ns);
             int busy = tp->ops->wait_prepare(tp, fds + 1, 15, &nfds, &ms);
             if (!busy && (done(arg) || cancel_check(c))) busy = 1; /* arming may have eaten a wake-up */

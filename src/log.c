@@ -33,7 +33,7 @@ static void expand_path(char *out, size_t outlen, const char *pattern)
     out[o] = '\0';
 }
 
-void oobx_log_open(oobx_log_t *log, const oobx_settings_t *s, const char *prefix)
+void oobx__log_open(oobx_log_t *log, const oobx_settings_t *s, const char *prefix)
 {
     memset(log, 0, sizeof(*log));
     log->level = s ? s->log_level : OOBX_LOG_WARN;
@@ -51,7 +51,7 @@ void oobx_log_open(oobx_log_t *log, const oobx_settings_t *s, const char *prefix
     snprintf(log->prefix, sizeof(log->prefix), "%s", prefix ? prefix : "");
 }
 
-void oobx_log_close(oobx_log_t *log)
+void oobx__log_close(oobx_log_t *log)
 {
     if (log && log->own_fp && log->fp) fclose(log->fp);
     if (log) {
@@ -60,7 +60,7 @@ void oobx_log_close(oobx_log_t *log)
     }
 }
 
-void oobx_log_set_prefix(oobx_log_t *log, const char *fmt, ...)
+void oobx__log_set_prefix(oobx_log_t *log, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -82,7 +82,7 @@ static void log_emit(const oobx_log_t *log, int level, const char *msg)
             log && log->prefix[0] ? ": " : "", msg);
 }
 
-void oobx_log(const oobx_log_t *log, int level, const char *fmt, ...)
+void oobx__log(const oobx_log_t *log, int level, const char *fmt, ...)
 {
     char msg[1200];
     va_list ap;
@@ -92,7 +92,7 @@ void oobx_log(const oobx_log_t *log, int level, const char *fmt, ...)
     log_emit(log, level, msg);
 }
 
-void oobx_set_last_error(const char *fmt, ...)
+void oobx__set_last_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -100,7 +100,7 @@ void oobx_set_last_error(const char *fmt, ...)
     va_end(ap);
 }
 
-int oobx_fail(const oobx_log_t *log, int code, const char *fmt, ...)
+int oobx__fail(const oobx_log_t *log, int code, const char *fmt, ...)
 {
     int saved = errno;
     va_list ap;
@@ -114,9 +114,9 @@ int oobx_fail(const oobx_log_t *log, int code, const char *fmt, ...)
     return code;
 }
 
-int oobx_ratelimit_ok(oobx_ratelimit_t *rl)
+int oobx__ratelimit_ok(oobx_ratelimit_t *rl)
 {
-    uint64_t now = oobx_now_ns();
+    uint64_t now = oobx__now_ns();
     if (now - rl->window_start_ns > 10ull * 1000000000ull) {
         rl->window_start_ns = now;
         rl->count = 0;

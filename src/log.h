@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include "settings.h"
 
-typedef struct oobx_log {
+typedef struct oobx__log {
     int level;
     FILE *fp;          /* stderr or the OOBX_LOG_FILE stream */
     int own_fp;        /* fp was opened for this context */
@@ -14,24 +14,24 @@ typedef struct oobx_log {
 } oobx_log_t;
 
 /* Opens the context from settings; falls back to stderr. */
-void oobx_log_open(oobx_log_t *log, const oobx_settings_t *s, const char *prefix);
-void oobx_log_close(oobx_log_t *log);
-void oobx_log_set_prefix(oobx_log_t *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void oobx__log_open(oobx_log_t *log, const oobx_settings_t *s, const char *prefix);
+void oobx__log_close(oobx_log_t *log);
+void oobx__log_set_prefix(oobx_log_t *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-void oobx_log(const oobx_log_t *log, int level, const char *fmt, ...)
+void oobx__log(const oobx_log_t *log, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Records msg as this thread's last error, logs it (at error level, or at
  * debug level for OOBX_ERR_ABORTED) and returns code. log may be NULL. */
-int oobx_fail(const oobx_log_t *log, int code, const char *fmt, ...)
+int oobx__fail(const oobx_log_t *log, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Sets this thread's last error without logging. */
-void oobx_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void oobx__set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define OOBX_LOG(log, lvl, ...)                                         \
     do {                                                                \
-        if ((log) && (log)->level >= (lvl)) oobx_log((log), (lvl), __VA_ARGS__); \
+        if ((log) && (log)->level >= (lvl)) oobx__log((log), (lvl), __VA_ARGS__); \
     } while (0)
 #define OOBX_WARN(log, ...) OOBX_LOG(log, OOBX_LOG_WARN, __VA_ARGS__)
 #define OOBX_INFO(log, ...) OOBX_LOG(log, OOBX_LOG_INFO, __VA_ARGS__)
@@ -45,6 +45,6 @@ typedef struct oobx_ratelimit {
     unsigned suppressed;
 } oobx_ratelimit_t;
 /* 1 when this event may be logged (at most 5 per 10 s); counts the rest. */
-int oobx_ratelimit_ok(oobx_ratelimit_t *rl);
+int oobx__ratelimit_ok(oobx_ratelimit_t *rl);
 
 #endif

@@ -20,7 +20,7 @@ static int ringbuf_why(char *why, size_t whylen, int code, const char *fmt, ...)
     return code;
 }
 
-int ringbuf_geom_check(uint32_t slots, uint32_t slot_bytes, char *why, size_t whylen)
+int oobx__ringbuf_geom_check(uint32_t slots, uint32_t slot_bytes, char *why, size_t whylen)
 {
     if (slots < 2 || slots > RINGBUF_SLOTS_MAX)
         return ringbuf_why(why, whylen, OOBX_ERR_INVALID,
@@ -39,50 +39,50 @@ int ringbuf_geom_check(uint32_t slots, uint32_t slot_bytes, char *why, size_t wh
     return 0;
 }
 
-uint32_t ringbuf_first_payload(uint32_t slot_bytes)
+uint32_t oobx__ringbuf_first_payload(uint32_t slot_bytes)
 {
     return slot_bytes - RINGBUF_HEAD_MAX;
 }
 
-uint32_t ringbuf_next_payload(uint32_t slot_bytes)
+uint32_t oobx__ringbuf_next_payload(uint32_t slot_bytes)
 {
     return slot_bytes - RINGBUF_CHUNK_HDR_BYTES;
 }
 
-uint64_t ringbuf_msg_chunks(uint32_t slot_bytes, uint64_t len)
+uint64_t oobx__ringbuf_msg_chunks(uint32_t slot_bytes, uint64_t len)
 {
-    uint64_t first = ringbuf_first_payload(slot_bytes), next = ringbuf_next_payload(slot_bytes);
+    uint64_t first = oobx__ringbuf_first_payload(slot_bytes), next = oobx__ringbuf_next_payload(slot_bytes);
     if (len <= first) return 1;
     return 1 + (len - first + next - 1) / next;
 }
 
-uint64_t ringbuf_slot_off(uint32_t slots, uint32_t slot_bytes, uint64_t seq)
+uint64_t oobx__ringbuf_slot_off(uint32_t slots, uint32_t slot_bytes, uint64_t seq)
 {
     return (seq % slots) * (uint64_t)slot_bytes;
 }
 
 /* ---- sender ------------------------------------------------------------------- */
 
-void ringbuf_tx_init(ringbuf_tx_t *tx, uint32_t slots, uint32_t slot_bytes)
+void oobx__ringbuf_tx_init(ringbuf_tx_t *tx, uint32_t slots, uint32_t slot_bytes)
 {
     memset(tx, 0, sizeof(*tx));
     tx->slots = slots;
     tx->slot_bytes = slot_bytes;
 }
 
-uint32_t ringbuf_tx_free_slots(const ringbuf_tx_t *tx)
+uint32_t oobx__ringbuf_tx_free_slots(const ringbuf_tx_t *tx)
 {
     return tx->slots - (uint32_t)(tx->next_seq - tx->credit_seq);
 }
 
-int ringbuf_tx_credit(ringbuf_tx_t *tx, uint64_t seq)
+int oobx__ringbuf_tx_credit(ringbuf_tx_t *tx, uint64_t seq)
 {
     if (seq > tx->next_seq) return OOBX_ERR_PROTOCOL;
     if (seq > tx->credit_seq) tx->credit_seq = seq;
     return 0;
 }
 
-int ringbuf_tx_msg_begin(ringbuf_tx_t *tx, const oobx_msg_hdr_t *hdr)
+int oobx__ringbuf_tx_msg_begin(ringbuf_tx_t *tx, const oobx_msg_hdr_t *hdr)
 {
     if (tx->in_msg) return OOBX_ERR_INVALID;
     tx->hdr = *hdr;
@@ -91,11 +91,11 @@ int ringbuf_tx_msg_begin(ringbuf_tx_t *tx, const oobx_msg_hdr_t *hdr)
     return 0;
 }
 
-int ringbuf_tx_next(ringbuf_tx_t *tx, ringbuf_chunk_t *c)
+int oobx__ringbuf_tx_next(ringbuf_tx_t *tx, ringbuf_chunk_t *c)
 {
-    if (!tx->in_msg || ringbuf_tx_free_slots(tx) == 0) return 0;
+    if (!tx->in_msg || oobx__ringbuf_tx_free_slots(tx) == 0) return 0;
     int first = tx->off == 0;
-    uint64_t room = first ? ringbuf_first_payload(tx->slot_bytes) : ringbuf_next_payload(tx->slot_bytes);
+    uint64_t room = first ? oobx__ringbuf_first_payload(tx->slot_bytes) : oobx__ringbuf_next_payload(tx->slot_bytes);
     uint64_t left = tx->hdr.len - tx->off;
     uint32_t n = (uint32_t)(left < room ? left : room);
     int last = tx->off + n == tx->hdr.len;
@@ -129,7 +129,7 @@ int ringbuf_tx_next(ringbuf_tx_t *tx, ringbuf_chunk_t *c)
 
 /* ---- receiver ----------------------------------------------------------------- */
 
-void ringbuf_rx_init(ringbuf_rx_t *rx, uint32_t slots, uint32_t slot_bytes, uint32_t credit_batch)
+void oobx__ringbuf_rx_init(ringbuf_rx_t *rx, uint32_t slots, uint32_t slot_bytes, uint32_t credit_batch)
 {
     memset(rx, 0, sizeof(*rx));
     rx->slots = slots;
@@ -140,7 +140,7 @@ void ringbuf_rx_init(ringbuf_rx_t *rx, uint32_t slots, uint32_t slot_bytes, uint
     rx->credit_batch = credit_batch;
 }
 
-int ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t bytes,
+int oobx__ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t bytes,
                      ringbuf_rx_ev_t *ev, char *why, size_t whylen)
 {
     if (seq != rx->next_seq)
@@ -158,7 +158,7 @@ int ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t 
                            bytes, rx->slot_bytes);
 
     const unsigned char *slot =
-        (const unsigned char *)ring + ringbuf_slot_off(rx->slots, rx->slot_bytes, seq);
+        (const unsigned char *)ring + oobx__ringbuf_slot_off(rx->slots, rx->slot_bytes, seq);
     ringbuf_chunk_hdr_t ch;
     memcpy(&ch, slot, sizeof(ch));
     if (ch.seq != seq)
@@ -209,16 +209,16 @@ int ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t 
     return 0;
 }
 
-uint32_t ringbuf_rx_peek_bytes(const ringbuf_rx_t *rx, const void *ring, uint64_t seq)
+uint32_t oobx__ringbuf_rx_peek_bytes(const ringbuf_rx_t *rx, const void *ring, uint64_t seq)
 {
     ringbuf_chunk_hdr_t ch;
-    memcpy(&ch, (const unsigned char *)ring + ringbuf_slot_off(rx->slots, rx->slot_bytes, seq), sizeof(ch));
+    memcpy(&ch, (const unsigned char *)ring + oobx__ringbuf_slot_off(rx->slots, rx->slot_bytes, seq), sizeof(ch));
     if (ch.seq != seq || (ch.flags & ~(uint32_t)(RINGBUF_FIRST | RINGBUF_LAST))) return 0;
     uint64_t bytes = (uint64_t)RINGBUF_CHUNK_HDR_BYTES + ((ch.flags & RINGBUF_FIRST) ? RINGBUF_MSG_HDR_BYTES : 0) + ch.len;
     return bytes <= rx->slot_bytes ? (uint32_t)bytes : 0;
 }
 
-int ringbuf_rx_release(ringbuf_rx_t *rx, uint64_t *credit)
+int oobx__ringbuf_rx_release(ringbuf_rx_t *rx, uint64_t *credit)
 {
     if (rx->freed_seq < rx->next_seq) rx->freed_seq++;
     if (rx->freed_seq - rx->credited_seq >= rx->credit_batch) {

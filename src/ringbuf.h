@@ -50,7 +50,7 @@ typedef struct ringbuf_chunk_hdr {
 #define RINGBUF_TOTAL_MAX (1ull << 30) /* bytes registered per link */
 
 /* 0 when the geometry is usable; else OOBX_ERR_INVALID with the reason in why. */
-int ringbuf_geom_check(uint32_t slots, uint32_t slot_bytes, char *why, size_t whylen);
+int oobx__ringbuf_geom_check(uint32_t slots, uint32_t slot_bytes, char *why, size_t whylen);
 
 /* ---- sender side ------------------------------------------------------------ */
 
@@ -80,29 +80,29 @@ typedef struct ringbuf_chunk {
     int last;           /* the message is fully cut after this chunk */
 } ringbuf_chunk_t;
 
-void ringbuf_tx_init(ringbuf_tx_t *tx, uint32_t slots, uint32_t slot_bytes);
+void oobx__ringbuf_tx_init(ringbuf_tx_t *tx, uint32_t slots, uint32_t slot_bytes);
 
 /* Slots the sender may fill now. */
-uint32_t ringbuf_tx_free_slots(const ringbuf_tx_t *tx);
+uint32_t oobx__ringbuf_tx_free_slots(const ringbuf_tx_t *tx);
 
 /* Credits from the receiver: every chunk before seq is free. Stale credits are
  * ignored; credits for chunks never sent are OOBX_ERR_PROTOCOL. */
-int ringbuf_tx_credit(ringbuf_tx_t *tx, uint64_t seq);
+int oobx__ringbuf_tx_credit(ringbuf_tx_t *tx, uint64_t seq);
 
 /* Begins cutting a message of hdr->len payload bytes. One message at a time:
  * OOBX_ERR_INVALID when the previous one is not fully cut. */
-int ringbuf_tx_msg_begin(ringbuf_tx_t *tx, const oobx_msg_hdr_t *hdr);
+int oobx__ringbuf_tx_msg_begin(ringbuf_tx_t *tx, const oobx_msg_hdr_t *hdr);
 
 /* Cuts the next chunk of the current message into *c and takes its slot.
  * Returns 1 with a chunk, 0 when no slot is free (wait for credits) or no
  * message is being cut. A zero-length message is one chunk with no payload. */
-int ringbuf_tx_next(ringbuf_tx_t *tx, ringbuf_chunk_t *c);
+int oobx__ringbuf_tx_next(ringbuf_tx_t *tx, ringbuf_chunk_t *c);
 
 /* Payload bytes the first chunk and the following ones carry. */
-uint32_t ringbuf_first_payload(uint32_t slot_bytes);
-uint32_t ringbuf_next_payload(uint32_t slot_bytes);
+uint32_t oobx__ringbuf_first_payload(uint32_t slot_bytes);
+uint32_t oobx__ringbuf_next_payload(uint32_t slot_bytes);
 /* Chunks a message of len payload bytes takes. */
-uint64_t ringbuf_msg_chunks(uint32_t slot_bytes, uint64_t len);
+uint64_t oobx__ringbuf_msg_chunks(uint32_t slot_bytes, uint64_t len);
 
 /* ---- receiver side ---------------------------------------------------------- */
 
@@ -129,26 +129,26 @@ typedef struct ringbuf_rx_ev {
 } ringbuf_rx_ev_t;
 
 /* credit_batch 0: a quarter of the slots. */
-void ringbuf_rx_init(ringbuf_rx_t *rx, uint32_t slots, uint32_t slot_bytes, uint32_t credit_batch);
+void oobx__ringbuf_rx_init(ringbuf_rx_t *rx, uint32_t slots, uint32_t slot_bytes, uint32_t credit_batch);
 
 /* Offset in the ring of the slot that chunk seq lands in. */
-uint64_t ringbuf_slot_off(uint32_t slots, uint32_t slot_bytes, uint64_t seq);
+uint64_t oobx__ringbuf_slot_off(uint32_t slots, uint32_t slot_bytes, uint64_t seq);
 
 /* A doorbell said chunk seq of bytes bytes landed; ring is the receive buffer.
  * Checks it (sequence, size, headers, message boundaries) and describes it in
- * *ev. The slot stays owned by the receiver until ringbuf_rx_release().
+ * *ev. The slot stays owned by the receiver until oobx__ringbuf_rx_release().
  * Returns 0, or OOBX_ERR_PROTOCOL with the reason in why. */
-int ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t bytes,
+int oobx__ringbuf_rx_chunk(ringbuf_rx_t *rx, const void *ring, uint64_t seq, uint32_t bytes,
                      ringbuf_rx_ev_t *ev, char *why, size_t whylen);
 
 /* The size chunk seq announces in its own header: for doorbells that carry a
  * count of chunks rather than each size (writes are ordered before the
  * doorbell). 0 when the slot does not hold a well-formed chunk seq; then
- * ringbuf_rx_chunk() refuses it. */
-uint32_t ringbuf_rx_peek_bytes(const ringbuf_rx_t *rx, const void *ring, uint64_t seq);
+ * oobx__ringbuf_rx_chunk() refuses it. */
+uint32_t oobx__ringbuf_rx_peek_bytes(const ringbuf_rx_t *rx, const void *ring, uint64_t seq);
 
 /* The oldest landed chunk has been consumed: frees its slot. Returns 1 and
  * *credit (send it to the sender) when a credit update is due, else 0. */
-int ringbuf_rx_release(ringbuf_rx_t *rx, uint64_t *credit);
+int oobx__ringbuf_rx_release(ringbuf_rx_t *rx, uint64_t *credit);
 
 #endif

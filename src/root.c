@@ -15,13 +15,13 @@
 
 /* ---- block formulas ---------------------------------------------------- */
 
-int root_first_rank(int root, int nranks, int nroots)
+int oobx__root_first_rank(int root, int nranks, int nroots)
 {
     int per = nranks / nroots, extra = nranks % nroots;
     return root * per + (root < extra ? root : extra);
 }
 
-int root_of_rank(int rank, int nranks, int nroots)
+int oobx__root_of_rank(int rank, int nranks, int nroots)
 {
     int per = nranks / nroots, extra = nranks % nroots;
     int big = extra * (per + 1); /* ranks held by the first `extra` roots, one more each */
@@ -29,40 +29,40 @@ int root_of_rank(int rank, int nranks, int nroots)
     return extra + (rank - big) / per;
 }
 
-int root_nranks(int root, int nranks, int nroots)
+int oobx__root_nranks(int root, int nranks, int nroots)
 {
     int r = ((root % nroots) + nroots) % nroots;
     return nranks / nroots + (r < nranks % nroots ? 1 : 0);
 }
 
-int root_local_id(int rank, int root, int nranks, int nroots)
+int oobx__root_local_id(int rank, int root, int nranks, int nroots)
 {
     int r = ((root % nroots) + nroots) % nroots;
-    return rank - root_first_rank(r, nranks, nroots);
+    return rank - oobx__root_first_rank(r, nranks, nroots);
 }
 
 /* ---- unique id ------------------------------------------------------------ */
 
 #define ROOT_ID_MARKER 0x4449584fu /* "OXID" */
 
-void root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id)
+void oobx__root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id)
 {
     unsigned char *p = (unsigned char *)id->internal;
     memset(id, 0, sizeof(*id));
-    oobx_put_u32(p, ROOT_ID_MARKER);
-    oobx_put_u32(p + 4, OOBX_WIRE_VERSION);
-    oobx_put_u64(p + 8, h->magic);
-    oobx_put_u16(p + 16, (uint16_t)h->addr.sa.sa_family);
-    oobx_put_u16(p + 18, (uint16_t)sock_addr_port(&h->addr));
+    oobx__put_u32(p, ROOT_ID_MARKER);
+    oobx__put_u32(p + 4, OOBX_WIRE_VERSION);
+    oobx__put_u64(p + 8, h->magic);
+    oobx__put_u16(p + 16, (uint16_t)h->addr.sa.sa_family);
+    oobx__put_u16(p + 18, (uint16_t)oobx__sock_addr_port(&h->addr));
     if (h->addr.sa.sa_family == AF_INET6) {
         memcpy(p + 20, &h->addr.sin6.sin6_addr, 16);
-        oobx_put_u32(p + 36, h->addr.sin6.sin6_scope_id);
+        oobx__put_u32(p + 36, h->addr.sin6.sin6_scope_id);
     } else {
         memcpy(p + 20, &h->addr.sin.sin_addr, 4);
     }
 }
 
-int root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, size_t whylen)
+int oobx__root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, size_t whylen)
 {
     const unsigned char *p = (const unsigned char *)id->internal;
     int zero = 1;
@@ -72,27 +72,27 @@ int root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, 
         snprintf(why, whylen, "the unique id is all zeros: was it made by oobx_get_unique_id and given to every rank?");
         return OOBX_ERR_INVALID;
     }
-    if (oobx_get_u32(p) != ROOT_ID_MARKER) {
-        snprintf(why, whylen, "not an oobx unique id (marker 0x%08x)", oobx_get_u32(p));
+    if (oobx__get_u32(p) != ROOT_ID_MARKER) {
+        snprintf(why, whylen, "not an oobx unique id (marker 0x%08x)", oobx__get_u32(p));
         return OOBX_ERR_INVALID;
     }
-    if (oobx_get_u32(p + 4) != OOBX_WIRE_VERSION) {
-        snprintf(why, whylen, "unique id of protocol version %u; this library speaks %u", oobx_get_u32(p + 4),
+    if (oobx__get_u32(p + 4) != OOBX_WIRE_VERSION) {
+        snprintf(why, whylen, "unique id of protocol version %u; this library speaks %u", oobx__get_u32(p + 4),
                  OOBX_WIRE_VERSION);
         return OOBX_ERR_MISMATCH;
     }
     root_handle_t v;
     memset(&v, 0, sizeof(v));
-    v.magic = oobx_get_u64(p + 8);
-    int fam = oobx_get_u16(p + 16);
-    int port = oobx_get_u16(p + 18);
+    v.magic = oobx__get_u64(p + 8);
+    int fam = oobx__get_u16(p + 16);
+    int port = oobx__get_u16(p + 18);
     if (fam == AF_INET) {
         v.addr.sin.sin_family = AF_INET;
         memcpy(&v.addr.sin.sin_addr, p + 20, 4);
     } else if (fam == AF_INET6) {
         v.addr.sin6.sin6_family = AF_INET6;
         memcpy(&v.addr.sin6.sin6_addr, p + 20, 16);
-        v.addr.sin6.sin6_scope_id = oobx_get_u32(p + 36);
+        v.addr.sin6.sin6_scope_id = oobx__get_u32(p + 36);
     } else {
         snprintf(why, whylen, "unique id with address family %d", fam);
         return OOBX_ERR_INVALID;
@@ -101,7 +101,7 @@ int root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, 
         snprintf(why, whylen, "unique id with port 0");
         return OOBX_ERR_INVALID;
     }
-    sock_addr_set_port(&v.addr, port);
+    oobx__sock_addr_set_port(&v.addr, port);
     *h = v;
     return OOBX_SUCCESS;
 }
@@ -141,10 +141,10 @@ static void registry_finish(root_entry_t *e)
     pthread_mutex_unlock(&registry_lock);
 }
 
-void root_registry_reap(uint64_t magic, int wait_ms)
+void oobx__root_registry_reap(uint64_t magic, int wait_ms)
 {
     pthread_once(&registry_once, registry_init);
-    uint64_t deadline = oobx_deadline(wait_ms > 0 ? wait_ms : 0);
+    uint64_t deadline = oobx__deadline(wait_ms > 0 ? wait_ms : 0);
     pthread_mutex_lock(&registry_lock);
     for (;;) {
         int waiting = 0;
@@ -159,7 +159,7 @@ void root_registry_reap(uint64_t magic, int wait_ms)
             if (wait_ms > 0 && (magic == 0 || e->magic == magic)) waiting = 1;
             pp = &e->next;
         }
-        if (!waiting || oobx_now_ns() >= deadline) break;
+        if (!waiting || oobx__now_ns() >= deadline) break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 20 * 1000000L;
@@ -231,7 +231,7 @@ static void conn_reply(root_state_t *st, int i, int status, const void *data, si
         conn_close(st, i);
         return;
     }
-    oobx_reply_encode(&r, c->out);
+    oobx__reply_encode(&r, c->out);
     if (len) memcpy(c->out + OOBX_REPLY_BYTES, data, len);
     c->out_len = OOBX_REPLY_BYTES + len;
     c->out_off = 0;
@@ -282,7 +282,7 @@ static void take_report(root_state_t *st, int i)
         st->iroot = r->iroot;
         st->tpid = r->tpid;
         st->first_reporter = r->rank;
-        st->n2send = root_nranks(r->iroot, r->nranks, r->nroots);
+        st->n2send = oobx__root_nranks(r->iroot, r->nranks, r->nroots);
         st->nrecv = st->n2send + (r->nroots > 1 ? 1 : 0);
         st->info = calloc((size_t)st->nrecv, sizeof(*st->info));
         st->info_len = calloc((size_t)st->nrecv, sizeof(*st->info_len));
@@ -294,7 +294,7 @@ static void take_report(root_state_t *st, int i)
             return;
         }
         for (int k = 0; k < st->nrecv; k++) st->waiting[k] = -1;
-        st->t_first = oobx_now_ns();
+        st->t_first = oobx__now_ns();
     }
     if (r->nranks != st->nranks || r->nroots != st->nroots || r->iroot != st->iroot) {
         conn_error(st, i, OOBX_ERR_MISMATCH,
@@ -311,13 +311,13 @@ static void take_report(root_state_t *st, int i)
                    r->rank, c->peer, names[r->tpid], st->first_reporter, names[st->tpid]);
         return;
     }
-    int local = root_local_id(r->rank, st->iroot, st->nranks, st->nroots);
+    int local = oobx__root_local_id(r->rank, st->iroot, st->nranks, st->nroots);
     int extra = c->hello_type == OOBX_HELLO_ROOT_EXTRA;
     if (local < 0 || local >= st->nrecv || (extra != (local == st->n2send))) {
         conn_error(st, i, OOBX_ERR_MISMATCH,
                    "rank %d (%s) reported to root %d, which serves ranks %d..%d: wrong root for this rank", r->rank,
-                   c->peer, st->iroot, root_first_rank(st->iroot, st->nranks, st->nroots),
-                   root_first_rank(st->iroot, st->nranks, st->nroots) + st->n2send - 1);
+                   c->peer, st->iroot, oobx__root_first_rank(st->iroot, st->nranks, st->nroots),
+                   oobx__root_first_rank(st->iroot, st->nranks, st->nroots) + st->n2send - 1);
         return;
     }
     if (st->info[local]) {
@@ -346,7 +346,7 @@ static void take_report(root_state_t *st, int i)
         c->state = RC_WAIT;
         if (st->info[next_of(st, local)]) answer(st, local, next_of(st, local));
     }
-    if (st->nin == st->nrecv) st->t_all = oobx_now_ns();
+    if (st->nin == st->nrecv) st->t_all = oobx__now_ns();
 }
 
 /* Reads what is there; returns after the connection changes state or has no more data. */
@@ -368,7 +368,7 @@ static void conn_read(root_state_t *st, int i)
                     if (st->waiting[k] == i) st->waiting[k] = -1;
                 conn_close(st, i);
             } else if (n > 0) {
-                if (oobx_ratelimit_ok(&st->stray_rl))
+                if (oobx__ratelimit_ok(&st->stray_rl))
                     OOBX_WARN(&st->log, "root %s: %s sent bytes while waiting; dropped", st->name, c->peer);
                 for (int k = 0; k < st->nrecv; k++)
                     if (st->waiting[k] == i) st->waiting[k] = -1;
@@ -378,7 +378,7 @@ static void conn_read(root_state_t *st, int i)
         }
         ssize_t n = recv(c->fd, c->in + c->have, c->want - c->have, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            if (c->have && oobx_ratelimit_ok(&st->stray_rl))
+            if (c->have && oobx__ratelimit_ok(&st->stray_rl))
                 OOBX_WARN(&st->log, "root %s: %s closed after %zu bytes of its report; dropped", st->name, c->peer,
                           c->have);
             conn_close(st, i);
@@ -389,7 +389,7 @@ static void conn_read(root_state_t *st, int i)
         if (c->have < c->want) return;
         if (c->state == RC_HELLO) {
             oobx_hello_t h;
-            int rc = oobx_hello_decode(c->in, c->have, &h, why, sizeof(why));
+            int rc = oobx__hello_decode(c->in, c->have, &h, why, sizeof(why));
             if (rc == 0 && h.type != OOBX_HELLO_ROOT && h.type != OOBX_HELLO_ROOT_EXTRA) {
                 rc = OOBX_ERR_PROTOCOL;
                 snprintf(why, sizeof(why), "connection type %u is not for a root", h.type);
@@ -402,7 +402,7 @@ static void conn_read(root_state_t *st, int i)
                 return;
             }
             if (rc != 0) {
-                if (oobx_ratelimit_ok(&st->stray_rl))
+                if (oobx__ratelimit_ok(&st->stray_rl))
                     OOBX_WARN(&st->log, "root %s: dropped %s: %s", st->name, c->peer, why);
                 if (rc == OOBX_ERR_MISMATCH) conn_reply(st, i, rc, why, strlen(why));
                 else conn_close(st, i);
@@ -411,7 +411,7 @@ static void conn_read(root_state_t *st, int i)
             c->hello_type = h.type;
             c->state = RC_REPORT;
         } else if (c->state == RC_REPORT) {
-            int rc = oobx_report_decode(c->in + OOBX_HELLO_BYTES, OOBX_REPORT_BYTES, &c->rep, why, sizeof(why));
+            int rc = oobx__report_decode(c->in + OOBX_HELLO_BYTES, OOBX_REPORT_BYTES, &c->rep, why, sizeof(why));
             if (rc != 0) {
                 conn_error(st, i, OOBX_ERR_PROTOCOL, "%s: %s", c->peer, why);
                 return;
@@ -441,7 +441,7 @@ static void accept_all(root_state_t *st)
         int fd = accept4(st->listen_fd, &peer.sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE) {
-                if (oobx_ratelimit_ok(&st->stray_rl))
+                if (oobx__ratelimit_ok(&st->stray_rl))
                     OOBX_WARN(&st->log, "root %s: out of file descriptors; raise ulimit -n", st->name);
             }
             return;
@@ -462,8 +462,8 @@ static void accept_all(root_state_t *st)
         c->out = NULL;
         c->fd = fd;
         c->state = RC_HELLO;
-        c->hello_deadline = oobx_now_ns() + 10ull * 1000000000ull;
-        sock_addr_format(&peer, c->peer, sizeof(c->peer));
+        c->hello_deadline = oobx__now_ns() + 10ull * 1000000000ull;
+        oobx__sock_addr_format(&peer, c->peer, sizeof(c->peer));
     }
 }
 
@@ -487,7 +487,7 @@ static void fail_waiting(root_state_t *st)
 {
     char text[OOBX_REPLY_TEXT_MAX];
     int off = 0, nmiss = 0;
-    int first = st->nranks ? root_first_rank(st->iroot, st->nranks, st->nroots) : 0;
+    int first = st->nranks ? oobx__root_first_rank(st->iroot, st->nranks, st->nroots) : 0;
     if (st->nranks == 0) {
         off = snprintf(text, sizeof(text), "root %s timed out before any rank reported", st->name);
     } else {
@@ -515,7 +515,7 @@ static void *root_main(void *arg)
     struct pollfd *pfds = NULL;
     int cappfds = 0;
     int timed_out = 0;
-    st->t_start = oobx_now_ns();
+    st->t_start = oobx__now_ns();
     for (;;) {
         if (st->nranks && st->nreplied == st->n2send) {
             /* everybody answered: flush what is still queued, then end */
@@ -524,7 +524,7 @@ static void *root_main(void *arg)
                 if (st->conns[i].fd >= 0 && st->conns[i].state == RC_SEND) pending = 1;
             if (!pending) break;
         }
-        uint64_t now = oobx_now_ns();
+        uint64_t now = oobx__now_ns();
         if (!timed_out && now >= st->deadline) {
             fail_waiting(st);
             timed_out = 1;
@@ -538,7 +538,7 @@ static void *root_main(void *arg)
         for (int i = 0; i < st->nconns; i++) {
             root_conn_t *c = &st->conns[i];
             if (c->fd >= 0 && c->state <= RC_BLOB && now >= c->hello_deadline) {
-                if (oobx_ratelimit_ok(&st->stray_rl))
+                if (oobx__ratelimit_ok(&st->stray_rl))
                     OOBX_WARN(&st->log, "root %s: %s sent no complete report within 10 s; dropped", st->name, c->peer);
                 conn_close(st, i);
             }
@@ -559,7 +559,7 @@ static void *root_main(void *arg)
             pfds[i + 1].events = c->state == RC_SEND ? POLLOUT : POLLIN;
             if (c->state <= RC_BLOB && c->hello_deadline < wake) wake = c->hello_deadline;
         }
-        int ms = oobx_ms_left(wake, 1000);
+        int ms = oobx__ms_left(wake, 1000);
         int n = poll(pfds, (nfds_t)st->nconns + 1, ms);
         if (n < 0 && errno != EINTR) break;
         if (n <= 0) continue;
@@ -588,17 +588,17 @@ static void *root_main(void *arg)
     free(st->info_len);
     free(st->waiting);
     free(st->replied);
-    oobx_log_close(&st->log);
+    oobx__log_close(&st->log);
     root_entry_t *e = st->entry;
     free(st);
     registry_finish(e);
     return NULL;
 }
 
-int root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
+int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
                char *why, size_t whylen)
 {
-    sock_raise_nofile();
+    oobx__sock_raise_nofile();
     root_state_t *st = calloc(1, sizeof(*st));
     root_entry_t *e = calloc(1, sizeof(*e));
     if (!st || !e) {
@@ -608,17 +608,17 @@ int root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_sett
         return OOBX_ERR_NOMEM;
     }
     oobx_sockaddr_t addr = *bind_addr;
-    int rc = sock_listen(&addr, 16384, &st->listen_fd, why, whylen);
+    int rc = oobx__sock_listen(&addr, 16384, &st->listen_fd, why, whylen);
     if (rc != 0) {
         free(st);
         free(e);
         return rc;
     }
     st->magic = magic;
-    st->deadline = oobx_deadline(s->timeout_ms);
+    st->deadline = oobx__deadline(s->timeout_ms);
     st->entry = e;
-    sock_addr_format(&addr, st->name, sizeof(st->name));
-    oobx_log_open(&st->log, s, "root");
+    oobx__sock_addr_format(&addr, st->name, sizeof(st->name));
+    oobx__log_open(&st->log, s, "root");
     e->magic = magic;
     /* the thread owns st from here */
     pthread_once(&registry_once, registry_init);
@@ -631,7 +631,7 @@ int root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_sett
     pthread_mutex_unlock(&registry_lock);
     if (rc != 0) {
         close(st->listen_fd);
-        oobx_log_close(&st->log);
+        oobx__log_close(&st->log);
         free(st);
         free(e);
         snprintf(why, whylen, "cannot start the root thread: %s", strerror(rc));
@@ -648,10 +648,10 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
 {
     const root_handle_t *h = &c->roots[iroot];
     char name[96];
-    sock_addr_format(&h->addr, name, sizeof(name));
+    oobx__sock_addr_format(&h->addr, name, sizeof(name));
     int fd = -1;
     char sub[512];
-    int rc = sock_connect_retry(&h->addr, c->cancel, &fd, sub, sizeof(sub));
+    int rc = oobx__sock_connect_retry(&h->addr, c->cancel, &fd, sub, sizeof(sub));
     if (rc != 0) {
         snprintf(why, whylen, "rank %d cannot reach root %d at %s: %s; is the root's process alive, and is OOBX_COMM_ID / the unique id right?",
                  c->rank, iroot, name, sub);
@@ -662,10 +662,10 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
                           .comm_magic = h->magic, .rank = as_rank, .nranks = c->nranks};
     oobx_report_t rep = {.rank = as_rank, .nranks = c->nranks, .iroot = iroot, .nroots = c->nroots,
                          .tpid = c->tpid, .blob_len = (uint32_t)c->blob_len};
-    oobx_hello_encode(&hello, buf);
-    oobx_report_encode(&rep, buf + OOBX_HELLO_BYTES);
+    oobx__hello_encode(&hello, buf);
+    oobx__report_encode(&rep, buf + OOBX_HELLO_BYTES);
     memcpy(buf + OOBX_HELLO_BYTES + OOBX_REPORT_BYTES, c->blob, c->blob_len);
-    rc = sock_send_all(fd, buf, OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + c->blob_len, c->cancel, sub, sizeof(sub));
+    rc = oobx__sock_send_all(fd, buf, OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + c->blob_len, c->cancel, sub, sizeof(sub));
     if (rc != 0) {
         close(fd);
         snprintf(why, whylen, "rank %d reporting to root %d at %s: %s", c->rank, iroot, name, sub);
@@ -679,16 +679,16 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
 static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size_t *out_len, char *why, size_t whylen)
 {
     char name[96], sub[512];
-    sock_addr_format(&c->roots[iroot].addr, name, sizeof(name));
+    oobx__sock_addr_format(&c->roots[iroot].addr, name, sizeof(name));
     unsigned char hdr[OOBX_REPLY_BYTES];
-    int rc = sock_recv_all(fd, hdr, sizeof(hdr), c->cancel, sub, sizeof(sub));
+    int rc = oobx__sock_recv_all(fd, hdr, sizeof(hdr), c->cancel, sub, sizeof(sub));
     if (rc != 0) {
         snprintf(why, whylen, "rank %d waiting for root %d at %s: %s%s", c->rank, iroot, name, sub,
                  rc == OOBX_ERR_TIMEOUT ? "; some ranks may not have started, or reported to another root" : "");
         return rc;
     }
     oobx_reply_t r;
-    rc = oobx_reply_decode(hdr, sizeof(hdr), &r, sub, sizeof(sub));
+    rc = oobx__reply_decode(hdr, sizeof(hdr), &r, sub, sizeof(sub));
     if (rc != 0) {
         snprintf(why, whylen, "rank %d: bad answer from root %d at %s: %s", c->rank, iroot, name, sub);
         return rc;
@@ -696,7 +696,7 @@ static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size
     char text[OOBX_REPLY_TEXT_MAX + 1];
     void *dst = r.status == 0 ? out : text;
     if (r.len) {
-        rc = sock_recv_all(fd, dst, r.len, c->cancel, sub, sizeof(sub));
+        rc = oobx__sock_recv_all(fd, dst, r.len, c->cancel, sub, sizeof(sub));
         if (rc != 0) {
             snprintf(why, whylen, "rank %d reading the answer of root %d at %s: %s", c->rank, iroot, name, sub);
             return rc;
@@ -711,35 +711,35 @@ static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size
     return OOBX_SUCCESS;
 }
 
-int root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s)
+int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s)
 {
     char why[1400];
-    int myroot = root_of_rank(c->rank, c->nranks, c->nroots);
-    int local = root_local_id(c->rank, myroot, c->nranks, c->nroots);
-    int block = root_nranks(myroot, c->nranks, c->nroots);
-    uint64_t t0 = oobx_now_ns();
+    int myroot = oobx__root_of_rank(c->rank, c->nranks, c->nroots);
+    int local = oobx__root_local_id(c->rank, myroot, c->nranks, c->nroots);
+    int block = oobx__root_nranks(myroot, c->nranks, c->nroots);
+    uint64_t t0 = oobx__now_ns();
     if (block > c->settings->stagger_threshold && local > 0) {
         /* spread the first contacts of a big block over time */
         uint64_t wait_ns = (uint64_t)local * 1000000000ull / (uint64_t)c->settings->stagger_rate;
         uint64_t until = t0 + wait_ns;
-        while (oobx_now_ns() < until) {
-            int rc = sock_cancelled(c->cancel);
-            if (rc) return oobx_fail(c->log, rc, "rank %d: aborted while staggering its first contact", c->rank);
-            uint64_t left = until - oobx_now_ns();
+        while (oobx__now_ns() < until) {
+            int rc = oobx__sock_cancelled(c->cancel);
+            if (rc) return oobx__fail(c->log, rc, "rank %d: aborted while staggering its first contact", c->rank);
+            uint64_t left = until - oobx__now_ns();
             if (left > 50000000ull) left = 50000000ull;
             struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)left};
             nanosleep(&ts, NULL);
         }
     }
-    *delay_s = (oobx_now_ns() - t0) / 1e9;
+    *delay_s = (oobx__now_ns() - t0) / 1e9;
 
     int fd = -1;
     int rc = report_to(c, myroot, c->rank, OOBX_HELLO_ROOT, &fd, why, sizeof(why));
-    if (rc != 0) return oobx_fail(c->log, rc, "%s", why);
+    if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
     if (c->nroots > 1 && local == 0) {
         /* the first rank of a block is also the successor of the previous block's last rank */
         int prev_rank = (c->rank - 1 + c->nranks) % c->nranks;
-        int prev_root = root_of_rank(prev_rank, c->nranks, c->nroots);
+        int prev_root = oobx__root_of_rank(prev_rank, c->nranks, c->nroots);
         int efd = -1;
         rc = report_to(c, prev_root, prev_rank + 1, OOBX_HELLO_ROOT_EXTRA, &efd, why, sizeof(why));
         if (rc == 0) {
@@ -748,15 +748,15 @@ int root_exchange(const root_client_t *c, void *next, size_t *next_len, double *
         }
         if (rc != 0) {
             close(fd);
-            return oobx_fail(c->log, rc, "%s", why);
+            return oobx__fail(c->log, rc, "%s", why);
         }
     }
     size_t len = 0;
     rc = read_reply(c, myroot, fd, next, &len, why, sizeof(why));
     close(fd);
-    if (rc != 0) return oobx_fail(c->log, rc, "%s", why);
+    if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
     if (len == 0)
-        return oobx_fail(c->log, OOBX_ERR_PROTOCOL, "rank %d: root %d answered with an empty address", c->rank, myroot);
+        return oobx__fail(c->log, OOBX_ERR_PROTOCOL, "rank %d: root %d answered with an empty address", c->rank, myroot);
     *next_len = len;
     return OOBX_SUCCESS;
 }

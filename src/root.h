@@ -17,10 +17,10 @@
 #include "sock.h"
 
 /* The block formulas. root must be in [0, nroots); rank in [0, nranks). */
-int root_first_rank(int root, int nranks, int nroots);
-int root_of_rank(int rank, int nranks, int nroots);
-int root_nranks(int root, int nranks, int nroots);
-int root_local_id(int rank, int root, int nranks, int nroots);
+int oobx__root_first_rank(int root, int nranks, int nroots);
+int oobx__root_of_rank(int rank, int nranks, int nroots);
+int oobx__root_nranks(int root, int nranks, int nroots);
+int oobx__root_local_id(int rank, int root, int nranks, int nroots);
 
 /* What a unique id holds. */
 typedef struct root_handle {
@@ -28,19 +28,19 @@ typedef struct root_handle {
     oobx_sockaddr_t addr;
 } root_handle_t;
 
-void root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id);
+void oobx__root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id);
 /* 0 or OOBX_ERR_INVALID with why (all zeros, not an oobx id, bad address). */
-int root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, size_t whylen);
+int oobx__root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, size_t whylen);
 
 /* Starts a root thread listening on bind_addr (port 0: any free port), with
  * magic. It serves until all its ranks are answered, or until timeout_ms
  * (-1: forever) passes. *out gets the address it listens on. */
-int root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
+int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
                char *why, size_t whylen);
 
 /* Joins root threads that have finished. wait_ms > 0 also waits that long for
  * the roots of magic (0: any) to finish. */
-void root_registry_reap(uint64_t magic, int wait_ms);
+void oobx__root_registry_reap(uint64_t magic, int wait_ms);
 
 /* A rank's side of the rendezvous. */
 typedef struct root_client {
@@ -56,6 +56,6 @@ typedef struct root_client {
 
 /* Reports to the root(s) and waits for the ring successor's address.
  * next: OOBX_ADDR_MAX bytes. delay_s: time spent staggering. */
-int root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s);
+int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s);
 
 #endif

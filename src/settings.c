@@ -11,7 +11,7 @@
 
 #define S_(field) offsetof(oobx_settings_t, field), sizeof(((oobx_settings_t *)0)->field)
 
-const oobx_setting_desc_t oobx_settings_table[] = {
+const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_TRANSPORT", "auto", "transport of the ring, allgather and p2p: auto, socket, ucx, verbs (auto: ucx when its module loads and a worker can be made, else verbs when its module loads and finds an RDMA device, else socket)", OOBX_SET_STR, S_(transport)},
     {"OOBX_TIMEOUT_MS", "120000", "bound of each blocking call in ms, init included; -1 waits forever", OOBX_SET_INT, S_(timeout_ms)},
     {"OOBX_SOCKET_IFNAME", "", "interfaces for sockets: prefix list (eth,ib), ^ excludes (^docker,lo), = exact (=eth0); empty: automatic", OOBX_SET_STR, S_(socket_ifname)},
@@ -103,33 +103,33 @@ static int parse_one(oobx_settings_t *s, const oobx_setting_desc_t *d, const cha
     return -1;
 }
 
-int oobx_settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
+int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
 {
     memset(s, 0, sizeof(*s));
-    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++)
+    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++)
         if (parse_one(s, d, d->def) != 0)
-            return oobx_fail(NULL, OOBX_ERR_INTERNAL, "default of %s (%s) does not parse", d->name, d->def);
-    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++) {
+            return oobx__fail(NULL, OOBX_ERR_INTERNAL, "default of %s (%s) does not parse", d->name, d->def);
+    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++) {
         const char *v = getenv(d->name);
         if (!v) continue;
         if (parse_one(s, d, v) != 0)
-            return oobx_fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not valid: %s (default %s)", d->name, v, d->doc,
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not valid: %s (default %s)", d->name, v, d->doc,
                              d->def[0] ? d->def : "empty");
     }
     if (cfg) {
         if (cfg->struct_size < offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag))
-            return oobx_fail(NULL, OOBX_ERR_INVALID,
+            return oobx__fail(NULL, OOBX_ERR_INVALID,
                              "oobx_config_t.struct_size is %zu; initialize the config with OOBX_CONFIG_INIT",
                              cfg->struct_size);
         if (cfg->transport) {
             if (strlen(cfg->transport) >= sizeof(s->transport))
-                return oobx_fail(NULL, OOBX_ERR_INVALID, "config transport \"%s\" is too long", cfg->transport);
+                return oobx__fail(NULL, OOBX_ERR_INVALID, "config transport \"%s\" is too long", cfg->transport);
             strcpy(s->transport, cfg->transport);
         }
         if (cfg->timeout_ms != 0) s->timeout_ms = cfg->timeout_ms < 0 ? -1 : cfg->timeout_ms;
         if (cfg->struct_size >= offsetof(oobx_config_t, topo_pci) + sizeof(cfg->topo_pci) && cfg->topo_pci) {
             if (strlen(cfg->topo_pci) >= sizeof(s->topo_pci))
-                return oobx_fail(NULL, OOBX_ERR_INVALID, "config topo_pci \"%s\" is too long", cfg->topo_pci);
+                return oobx__fail(NULL, OOBX_ERR_INVALID, "config topo_pci \"%s\" is too long", cfg->topo_pci);
             strcpy(s->topo_pci, cfg->topo_pci);
         }
     }
@@ -137,11 +137,11 @@ int oobx_settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
     if (s->timeout_ms == 0) s->timeout_ms = 120000;
     if (strcmp(s->transport, "auto") && strcmp(s->transport, "socket") && strcmp(s->transport, "ucx") &&
         strcmp(s->transport, "verbs"))
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not one of auto, socket, ucx, verbs",
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not one of auto, socket, ucx, verbs",
                          cfg && cfg->transport ? "oobx_config_t.transport" : "OOBX_TRANSPORT", s->transport);
     if (strcmp(s->allgather_algo, "auto") && strcmp(s->allgather_algo, "ring") && strcmp(s->allgather_algo, "bruck") &&
         strcmp(s->allgather_algo, "tree"))
-        return oobx_fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck, tree",
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck, tree",
                          s->allgather_algo);
     if (s->chunk_bytes < 1024) s->chunk_bytes = 1024;
     if (s->stagger_rate <= 0) s->stagger_rate = 7000;

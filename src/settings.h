@@ -43,10 +43,10 @@ typedef struct oobx_setting_desc {
 } oobx_setting_desc_t;
 
 /* The table, terminated by a NULL name; read-only. */
-extern const oobx_setting_desc_t oobx_settings_table[];
+extern const oobx_setting_desc_t oobx__settings_table[];
 
 /* Fills s from defaults, then the environment, then cfg (may be NULL).
  * A malformed value is an OOBX_ERR_INVALID naming the variable. */
-int oobx_settings_load(oobx_settings_t *s, const oobx_config_t *cfg);
+int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg);
 
 #endif

@@ -16,7 +16,7 @@
 #include "oobx.h"
 #include "util.h"
 
-int sock_cancelled(const oobx_cancel_t *c)
+int oobx__sock_cancelled(const oobx_cancel_t *c)
 {
     if (!c) return 0;
     if (c->aborted && atomic_load(c->aborted)) return OOBX_ERR_ABORTED;
@@ -24,37 +24,37 @@ int sock_cancelled(const oobx_cancel_t *c)
     return 0;
 }
 
-int sock_wait_ms(const oobx_cancel_t *c)
+int oobx__sock_wait_ms(const oobx_cancel_t *c)
 {
     int cap = c && c->user_abort ? 50 : 1000;
-    return oobx_ms_left(c ? c->deadline_ns : UINT64_MAX, cap);
+    return oobx__ms_left(c ? c->deadline_ns : UINT64_MAX, cap);
 }
 
 static int cancel_status(const oobx_cancel_t *c)
 {
-    int rc = sock_cancelled(c);
+    int rc = oobx__sock_cancelled(c);
     if (rc) return rc;
-    if (c && c->deadline_ns != UINT64_MAX && oobx_now_ns() >= c->deadline_ns) return OOBX_ERR_TIMEOUT;
+    if (c && c->deadline_ns != UINT64_MAX && oobx__now_ns() >= c->deadline_ns) return OOBX_ERR_TIMEOUT;
     return 0;
 }
 
-socklen_t sock_addr_len(const oobx_sockaddr_t *a)
+socklen_t oobx__sock_addr_len(const oobx_sockaddr_t *a)
 {
     return a->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
-int sock_addr_port(const oobx_sockaddr_t *a)
+int oobx__sock_addr_port(const oobx_sockaddr_t *a)
 {
     return a->sa.sa_family == AF_INET6 ? ntohs(a->sin6.sin6_port) : ntohs(a->sin.sin_port);
 }
 
-void sock_addr_set_port(oobx_sockaddr_t *a, int port)
+void oobx__sock_addr_set_port(oobx_sockaddr_t *a, int port)
 {
     if (a->sa.sa_family == AF_INET6) a->sin6.sin6_port = htons((uint16_t)port);
     else a->sin.sin_port = htons((uint16_t)port);
 }
 
-void sock_addr_format(const oobx_sockaddr_t *a, char *buf, size_t len)
+void oobx__sock_addr_format(const oobx_sockaddr_t *a, char *buf, size_t len)
 {
     char host[INET6_ADDRSTRLEN + 16] = "?";
     if (a->sa.sa_family == AF_INET) {
@@ -71,7 +71,7 @@ void sock_addr_format(const oobx_sockaddr_t *a, char *buf, size_t len)
     }
 }
 
-int sock_addr_parse(const char *text, int family, oobx_sockaddr_t *out, char *why, size_t whylen)
+int oobx__sock_addr_parse(const char *text, int family, oobx_sockaddr_t *out, char *why, size_t whylen)
 {
     char host[256];
     const char *port = NULL;
@@ -117,24 +117,24 @@ int sock_addr_parse(const char *text, int family, oobx_sockaddr_t *out, char *wh
     memset(out, 0, sizeof(*out));
     memcpy(out, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
-    sock_addr_set_port(out, (int)p);
+    oobx__sock_addr_set_port(out, (int)p);
     return OOBX_SUCCESS;
 }
 
-int sock_set_nonblock(int fd)
+int oobx__sock_set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0) return -1;
     return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-void sock_set_nodelay(int fd)
+void oobx__sock_set_nodelay(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-void sock_raise_nofile(void)
+void oobx__sock_raise_nofile(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -143,10 +143,10 @@ void sock_raise_nofile(void)
     }
 }
 
-int sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why, size_t whylen)
+int oobx__sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why, size_t whylen)
 {
     char name[96];
-    sock_addr_format(addr, name, sizeof(name));
+    oobx__sock_addr_format(addr, name, sizeof(name));
     int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(why, whylen, "socket() for %s: %s", name, strerror(errno));
@@ -155,7 +155,7 @@ int sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why, size
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (addr->sa.sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, &addr->sa, sock_addr_len(addr)) != 0) {
+    if (bind(fd, &addr->sa, oobx__sock_addr_len(addr)) != 0) {
         int e = errno;
         snprintf(why, whylen, "bind to %s: %s%s", name, strerror(e),
                  e == EADDRINUSE ? " (another job or process holds this address)" : "");
@@ -173,13 +173,13 @@ int sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why, size
     return OOBX_SUCCESS;
 }
 
-int sock_connect_start(const oobx_sockaddr_t *a, int *fd_out)
+int oobx__sock_connect_start(const oobx_sockaddr_t *a, int *fd_out)
 {
     *fd_out = -1;
     int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
-    sock_set_nodelay(fd);
-    if (connect(fd, &a->sa, sock_addr_len(a)) != 0 && errno != EINPROGRESS) {
+    oobx__sock_set_nodelay(fd);
+    if (connect(fd, &a->sa, oobx__sock_addr_len(a)) != 0 && errno != EINPROGRESS) {
         int e = errno;
         close(fd);
         return e;
@@ -188,7 +188,7 @@ int sock_connect_start(const oobx_sockaddr_t *a, int *fd_out)
     return 0;
 }
 
-int sock_connect_result(int fd)
+int oobx__sock_connect_result(int fd)
 {
     int err = 0;
     socklen_t len = sizeof(err);
@@ -196,28 +196,28 @@ int sock_connect_result(int fd)
     return err;
 }
 
-int sock_errno_retryable(int err)
+int oobx__sock_errno_retryable(int err)
 {
     return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH || err == EHOSTUNREACH ||
            err == ECONNRESET || err == EAGAIN || err == ECONNABORTED || err == EADDRNOTAVAIL;
 }
 
-int sock_backoff_ms(int tries, uint64_t *rng)
+int oobx__sock_backoff_ms(int tries, uint64_t *rng)
 {
     int base = 5;
     for (int i = 1; i < tries && base < 1000; i++) base *= 2;
     if (base > 1000) base = 1000;
-    *rng = oobx_mix64(*rng, (uint64_t)tries);
+    *rng = oobx__mix64(*rng, (uint64_t)tries);
     int jitter = (int)(*rng % (uint64_t)(base / 2 + 1)) - base / 4;
     int ms = base + jitter;
     return ms < 1 ? 1 : ms;
 }
 
-int sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, char *why, size_t whylen)
+int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, char *why, size_t whylen)
 {
     char name[96];
-    sock_addr_format(a, name, sizeof(name));
-    uint64_t rng = oobx_random64();
+    oobx__sock_addr_format(a, name, sizeof(name));
+    uint64_t rng = oobx__random64();
     int tries = 0, last = 0;
     for (;;) {
         int rc = cancel_status(c);
@@ -228,13 +228,13 @@ int sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd
         }
         tries++;
         int fd;
-        int err = sock_connect_start(a, &fd);
+        int err = oobx__sock_connect_start(a, &fd);
         if (err == 0) {
             for (;;) {
                 struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-                int n = poll(&pfd, 1, sock_wait_ms(c));
+                int n = poll(&pfd, 1, oobx__sock_wait_ms(c));
                 if (n > 0) {
-                    err = sock_connect_result(fd);
+                    err = oobx__sock_connect_result(fd);
                     break;
                 }
                 if ((rc = cancel_status(c)) != 0) {
@@ -251,12 +251,12 @@ int sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd
             close(fd);
         }
         last = err;
-        if (!sock_errno_retryable(err)) {
+        if (!oobx__sock_errno_retryable(err)) {
             snprintf(why, whylen, "connect to %s: %s", name, strerror(err));
             return OOBX_ERR_SYSTEM;
         }
-        int ms = sock_backoff_ms(tries, &rng);
-        int left = oobx_ms_left(c ? c->deadline_ns : UINT64_MAX, ms);
+        int ms = oobx__sock_backoff_ms(tries, &rng);
+        int left = oobx__ms_left(c ? c->deadline_ns : UINT64_MAX, ms);
         if (c && c->user_abort && left > 50) left = 50;
         struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (long)(left % 1000) * 1000000L};
         nanosleep(&ts, NULL);
@@ -290,17 +290,17 @@ static int io_all(int fd, void *buf, size_t len, int sending, const oobx_cancel_
             return rc;
         }
         struct pollfd pfd = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
-        poll(&pfd, 1, sock_wait_ms(c));
+        poll(&pfd, 1, oobx__sock_wait_ms(c));
     }
     return OOBX_SUCCESS;
 }
 
-int sock_send_all(int fd, const void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
+int oobx__sock_send_all(int fd, const void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
 {
     return io_all(fd, (void *)buf, len, 1, c, why, whylen);
 }
 
-int sock_recv_all(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
+int oobx__sock_recv_all(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
 {
     return io_all(fd, buf, len, 0, c, why, whylen);
 }

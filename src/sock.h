@@ -23,45 +23,45 @@ typedef struct oobx_cancel {
 } oobx_cancel_t;
 
 /* OOBX_ERR_ABORTED when either flag is set, else 0. */
-int sock_cancelled(const oobx_cancel_t *c);
+int oobx__sock_cancelled(const oobx_cancel_t *c);
 /* poll timeout for one sleep: time left, capped to 50 ms when a user flag must be watched. */
-int sock_wait_ms(const oobx_cancel_t *c);
+int oobx__sock_wait_ms(const oobx_cancel_t *c);
 
-socklen_t sock_addr_len(const oobx_sockaddr_t *a);
-int sock_addr_port(const oobx_sockaddr_t *a);
-void sock_addr_set_port(oobx_sockaddr_t *a, int port);
+socklen_t oobx__sock_addr_len(const oobx_sockaddr_t *a);
+int oobx__sock_addr_port(const oobx_sockaddr_t *a);
+void oobx__sock_addr_set_port(oobx_sockaddr_t *a, int port);
 /* "127.0.0.1:4000", "[::1]:4000" */
-void sock_addr_format(const oobx_sockaddr_t *a, char *buf, size_t len);
+void oobx__sock_addr_format(const oobx_sockaddr_t *a, char *buf, size_t len);
 /* Parses "host:port", "[v6]:port" or "v6addr" with port given separately; resolves names.
  * family: AF_UNSPEC or a preferred family. 0 or OOBX_ERR_INVALID with why. */
-int sock_addr_parse(const char *text, int family, oobx_sockaddr_t *out, char *why, size_t whylen);
+int oobx__sock_addr_parse(const char *text, int family, oobx_sockaddr_t *out, char *why, size_t whylen);
 
-int sock_set_nonblock(int fd);
-void sock_set_nodelay(int fd);
+int oobx__sock_set_nonblock(int fd);
+void oobx__sock_set_nodelay(int fd);
 /* Raises RLIMIT_NOFILE to its hard limit (once is enough; harmless to repeat). */
-void sock_raise_nofile(void);
+void oobx__sock_raise_nofile(void);
 
 /* Binds and listens on addr (port 0: any); fills addr with the bound address.
  * Non-blocking, close-on-exec. 0 or an error with why. */
-int sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd, char *why, size_t whylen);
+int oobx__sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd, char *why, size_t whylen);
 
 /* Starts a non-blocking connect. 0 with *fd (connected or in progress), or the
  * errno of an immediate failure (positive) with *fd = -1. */
-int sock_connect_start(const oobx_sockaddr_t *a, int *fd);
+int oobx__sock_connect_start(const oobx_sockaddr_t *a, int *fd);
 /* errno of a finished connect (0: connected), read with SO_ERROR. */
-int sock_connect_result(int fd);
+int oobx__sock_connect_result(int fd);
 /* errnos worth another try: refused, timed out, unreachable, reset */
-int sock_errno_retryable(int err);
+int oobx__sock_errno_retryable(int err);
 /* Next backoff in ms after try number `tries` (1, 2, ...): 5 ms doubling to 1 s, +-25% jitter. */
-int sock_backoff_ms(int tries, uint64_t *rng);
+int oobx__sock_backoff_ms(int tries, uint64_t *rng);
 
 /* Blocking connect with retries and backoff until c's deadline. 0 with a
  * connected blocking-mode-free (non-blocking) fd, or an error with why. */
-int sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd, char *why, size_t whylen);
+int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd, char *why, size_t whylen);
 
 /* Full send / receive on a non-blocking fd, sleeping in poll; honours c.
  * Returns 0, OOBX_ERR_REMOTE (closed / reset; why says which), TIMEOUT, ABORTED. */
-int sock_send_all(int fd, const void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen);
-int sock_recv_all(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen);
+int oobx__sock_send_all(int fd, const void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen);
+int oobx__sock_recv_all(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen);
 
 #endif

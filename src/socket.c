@@ -167,7 +167,7 @@ static void conn_retire(sk_tp_t *t, sk_conn_t *c)
 static void peer_describe(sk_tp_t *t, int peer, char *buf, size_t len)
 {
     char a[96] = "address unknown";
-    if (peer >= 0 && peer < t->nranks && t->peers[peer].have_addr) sock_addr_format(&t->peers[peer].addr, a, sizeof(a));
+    if (peer >= 0 && peer < t->nranks && t->peers[peer].have_addr) oobx__sock_addr_format(&t->peers[peer].addr, a, sizeof(a));
     snprintf(buf, len, "rank %d (%s)", peer, a);
 }
 
@@ -205,12 +205,12 @@ static int peer_connect(sk_tp_t *t, int peer)
     char who[160];
     if (!pp->have_addr) {
         peer_describe(t, peer, who, sizeof(who));
-        return oobx_fail(t->log, OOBX_ERR_INTERNAL, "socket: no address for %s", who);
+        return oobx__fail(t->log, OOBX_ERR_INTERNAL, "socket: no address for %s", who);
     }
-    if (!pp->first_try) pp->first_try = oobx_now_ns();
+    if (!pp->first_try) pp->first_try = oobx__now_ns();
     pp->tries++;
     int fd;
-    int err = sock_connect_start(&pp->addr, &fd);
+    int err = oobx__sock_connect_start(&pp->addr, &fd);
     sk_conn_t *c = pp->conn;
     if (!c) {
         c = calloc(1, sizeof(*c));
@@ -238,7 +238,7 @@ static int peer_connect(sk_tp_t *t, int peer)
     }
     pp->last_err = err;
     c->state = SC_RETRY;
-    pp->retry_at = oobx_now_ns() + (uint64_t)sock_backoff_ms(pp->tries, &t->rng) * 1000000ull;
+    pp->retry_at = oobx__now_ns() + (uint64_t)oobx__sock_backoff_ms(pp->tries, &t->rng) * 1000000ull;
     t->retry_pending = 1;
     return 0;
 }
@@ -258,7 +258,7 @@ static int peer_connect_later(sk_tp_t *t, int peer, int delay_ms)
     if (t->conns) t->conns->prev_all = c;
     t->conns = c;
     pp->conn = c;
-    pp->first_try = oobx_now_ns();
+    pp->first_try = oobx__now_ns();
     pp->retry_at = pp->first_try + (uint64_t)delay_ms * 1000000ull;
     t->retry_pending = 1;
     return 0;
@@ -276,12 +276,12 @@ static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
     c->ev = 0;
     c->hello_n = 0;
     pp->last_err = err;
-    uint64_t now = oobx_now_ns();
-    int retry = sock_errno_retryable(err) &&
+    uint64_t now = oobx__now_ns();
+    int retry = oobx__sock_errno_retryable(err) &&
                 (t->timeout_ms < 0 || now < pp->first_try + (uint64_t)t->timeout_ms * 1000000ull);
     if (retry) {
         c->state = SC_RETRY;
-        pp->retry_at = now + (uint64_t)sock_backoff_ms(pp->tries, &t->rng) * 1000000ull;
+        pp->retry_at = now + (uint64_t)oobx__sock_backoff_ms(pp->tries, &t->rng) * 1000000ull;
         t->retry_pending = 1;
         return;
     }
@@ -289,7 +289,7 @@ static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
     peer_describe(t, c->peer, who, sizeof(who));
     snprintf(what, sizeof(what), "connect to %s failed after %d tries over %.1f s: %s; is rank %d alive? is OOBX_SOCKET_IFNAME right?",
              who, pp->tries, (now - pp->first_try) / 1e9, strerror(err), c->peer);
-    oobx_fail(t->log, OOBX_ERR_REMOTE, "%s", what);
+    oobx__fail(t->log, OOBX_ERR_REMOTE, "%s", what);
     conn_fail(t, c, OOBX_ERR_REMOTE, what);
 }
 
@@ -297,7 +297,7 @@ static void send_hello(sk_tp_t *t, sk_conn_t *c, int type)
 {
     oobx_hello_t h = {.proto_magic = OOBX_WIRE_MAGIC, .version = OOBX_WIRE_VERSION, .type = (uint16_t)type,
                       .comm_magic = t->magic, .rank = t->rank, .nranks = t->nranks};
-    oobx_hello_encode(&h, c->hello);
+    oobx__hello_encode(&h, c->hello);
     c->hello_n = 0;
 }
 
@@ -358,18 +358,18 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
 {
     sk_tp_t *t = tp_of(tpp);
     if (peer < 0 || peer >= t->nranks || peer == t->rank)
-        return oobx_fail(t->log, OOBX_ERR_INVALID, "socket: send to rank %d of %d", peer, t->nranks);
+        return oobx__fail(t->log, OOBX_ERR_INVALID, "socket: send to rank %d of %d", peer, t->nranks);
     sk_peer_t *pp = &t->peers[peer];
     char who[160];
     if (pp->failed) {
         peer_describe(t, peer, who, sizeof(who));
-        return oobx_fail(t->log, OOBX_ERR_REMOTE, "socket: %s failed earlier; cannot send to it", who);
+        return oobx__fail(t->log, OOBX_ERR_REMOTE, "socket: %s failed earlier; cannot send to it", who);
     }
     sk_conn_t *rc_ = pp->conn;
     if (rc_ && rc_->state == SC_READY && !rc_->sq_head) {
         /* the common case: an idle connection takes the whole message at once */
         unsigned char h[OOBX_MSGHDR_BYTES];
-        oobx_msghdr_encode(hdr, h);
+        oobx__msghdr_encode(hdr, h);
         struct iovec iov[2] = {{h, OOBX_MSGHDR_BYTES}, {(void *)payload, hdr->len}};
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = hdr->len ? 2 : 1};
         ssize_t w = sendmsg(rc_->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -400,7 +400,7 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
     }
     sk_send_t *s = malloc(sizeof(*s));
     if (!s) return OOBX_ERR_NOMEM;
-    oobx_msghdr_encode(hdr, s->hdr);
+    oobx__msghdr_encode(hdr, s->hdr);
     s->payload = payload;
     s->len = hdr->len;
     s->off = 0;
@@ -431,7 +431,7 @@ static void conn_protocol_error(sk_tp_t *t, sk_conn_t *c, const char *why)
     char who[160], what[512];
     peer_describe(t, c->peer, who, sizeof(who));
     snprintf(what, sizeof(what), "socket: bad stream from %s: %s", who, why);
-    oobx_fail(t->log, OOBX_ERR_PROTOCOL, "%s", what);
+    oobx__fail(t->log, OOBX_ERR_PROTOCOL, "%s", what);
     conn_fail(t, c, OOBX_ERR_PROTOCOL, what);
 }
 
@@ -443,7 +443,7 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
         if (c->rx == RX_HDR) {
             if (avail < OOBX_MSGHDR_BYTES) break;
             char why[200];
-            if (oobx_msghdr_decode(c->stage + c->s_head, avail, &c->cur, why, sizeof(why)) != 0) {
+            if (oobx__msghdr_decode(c->stage + c->s_head, avail, &c->cur, why, sizeof(why)) != 0) {
                 conn_protocol_error(t, c, why);
                 return -1;
             }
@@ -586,7 +586,7 @@ static void conn_ready(sk_tp_t *t, sk_conn_t *c)
 /* Closes an unidentified inbound connection; warn is 0 for a clean close. */
 static void conn_drop_stray(sk_tp_t *t, sk_conn_t *c, const char *why, int warn)
 {
-    if (warn && oobx_ratelimit_ok(&t->stray_rl)) OOBX_WARN(t->log, "socket %s: dropped %s: %s", t->name, c->name, why);
+    if (warn && oobx__ratelimit_ok(&t->stray_rl)) OOBX_WARN(t->log, "socket %s: dropped %s: %s", t->name, c->name, why);
     else OOBX_DEBUG(t->log, "socket %s: dropped %s: %s", t->name, c->name, why);
     t->npending--;
     conn_retire(t, c);
@@ -617,7 +617,7 @@ static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
     }
     oobx_hello_t h;
     char why[200];
-    int rc = oobx_hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
+    int rc = oobx__hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
     if (rc == 0 && h.type != OOBX_HELLO_PEER) {
         rc = OOBX_ERR_PROTOCOL;
         snprintf(why, sizeof(why), "connection type %u is not a peer connection", h.type);
@@ -655,7 +655,7 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
 {
     if (c->state == SC_CONNECTING) {
         if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
-        int err = sock_connect_result(c->fd);
+        int err = oobx__sock_connect_result(c->fd);
         if (err) {
             conn_retry_or_fail(t, c, err);
             return;
@@ -679,13 +679,13 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
         peer_describe(t, c->peer, who, sizeof(who));
         snprintf(what, sizeof(what), "%s closed the connection during the hello: it is not this communicator's rank %d (another job on that port?) or it exited",
                  who, c->peer);
-        oobx_fail(t->log, OOBX_ERR_REMOTE, "%s", what);
+        oobx__fail(t->log, OOBX_ERR_REMOTE, "%s", what);
         conn_fail(t, c, OOBX_ERR_REMOTE, what);
         return;
     }
     oobx_hello_t h;
     char why[200];
-    int rc = oobx_hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
+    int rc = oobx__hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
     if (rc == 0 && (h.type != OOBX_HELLO_PEER_ACK || h.comm_magic != t->magic || h.rank != c->peer)) {
         rc = OOBX_ERR_MISMATCH;
         snprintf(why, sizeof(why), "answered as rank %d with magic %016llx", h.rank, (unsigned long long)h.comm_magic);
@@ -694,7 +694,7 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
         char who[160], what[400];
         peer_describe(t, c->peer, who, sizeof(who));
         snprintf(what, sizeof(what), "%s is not the expected peer: %s", who, why);
-        oobx_fail(t->log, OOBX_ERR_MISMATCH, "%s", what);
+        oobx__fail(t->log, OOBX_ERR_MISMATCH, "%s", what);
         conn_fail(t, c, OOBX_ERR_MISMATCH, what);
         return;
     }
@@ -708,7 +708,7 @@ static void accept_all(sk_tp_t *t)
         socklen_t sl = sizeof(a);
         int fd = accept4(t->listen_fd, &a.sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if ((errno == EMFILE || errno == ENFILE) && oobx_ratelimit_ok(&t->stray_rl))
+            if ((errno == EMFILE || errno == ENFILE) && oobx__ratelimit_ok(&t->stray_rl))
                 OOBX_WARN(t->log, "socket %s: out of file descriptors; raise ulimit -n", t->name);
             return;
         }
@@ -719,14 +719,14 @@ static void accept_all(sk_tp_t *t)
                 if (c->state == SC_HELLO_IN && c->peer < 0) oldest = c;
             if (oldest) conn_drop_stray(t, oldest, "too many connections without a hello", 1);
         }
-        sock_set_nodelay(fd);
+        oobx__sock_set_nodelay(fd);
         sk_conn_t *c = conn_new(t, fd, 0, -1);
         if (!c) {
             close(fd);
             continue;
         }
-        sock_addr_format(&a, c->name, sizeof(c->name));
-        c->deadline = oobx_now_ns() + (uint64_t)SK_HELLO_MS * 1000000ull;
+        oobx__sock_addr_format(&a, c->name, sizeof(c->name));
+        c->deadline = oobx__now_ns() + (uint64_t)SK_HELLO_MS * 1000000ull;
         t->npending++;
     }
 }
@@ -789,7 +789,7 @@ static int sk_progress(oobx_tp_t *tpp)
             if (n < 64) break;
         }
     }
-    uint64_t now = oobx_now_ns();
+    uint64_t now = oobx__now_ns();
     if (t->retry_pending) {
         t->retry_pending = 0;
         for (int r = 0; r < t->nranks; r++) {
@@ -836,7 +836,7 @@ static int sk_wait_prepare(oobx_tp_t *tpp, struct pollfd *fds, int max, int *nfd
         for (sk_conn_t *c = t->conns; c; c = c->next_all)
             if (c->state == SC_HELLO_IN && c->peer < 0 && c->deadline < wake) wake = c->deadline;
     if (wake != UINT64_MAX) {
-        int ms = oobx_ms_left(wake, -1);
+        int ms = oobx__ms_left(wake, -1);
         if (ms < 1) ms = 1;
         if (*timeout_ms < 0 || ms < *timeout_ms) *timeout_ms = ms;
     }
@@ -846,11 +846,11 @@ static int sk_wait_prepare(oobx_tp_t *tpp, struct pollfd *fds, int max, int *nfd
 static void addr_encode(const oobx_sockaddr_t *a, unsigned char out[SK_ADDR_BYTES])
 {
     memset(out, 0, SK_ADDR_BYTES);
-    oobx_put_u16(out, (uint16_t)a->sa.sa_family);
-    oobx_put_u16(out + 2, (uint16_t)sock_addr_port(a));
+    oobx__put_u16(out, (uint16_t)a->sa.sa_family);
+    oobx__put_u16(out + 2, (uint16_t)oobx__sock_addr_port(a));
     if (a->sa.sa_family == AF_INET6) {
         memcpy(out + 4, &a->sin6.sin6_addr, 16);
-        oobx_put_u32(out + 20, a->sin6.sin6_scope_id);
+        oobx__put_u32(out + 20, a->sin6.sin6_scope_id);
     } else {
         memcpy(out + 4, &a->sin.sin_addr, 4);
     }
@@ -861,8 +861,8 @@ static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a)
     const unsigned char *p = blob;
     if (len != SK_ADDR_BYTES) return -1;
     memset(a, 0, sizeof(*a));
-    int fam = oobx_get_u16(p);
-    int port = oobx_get_u16(p + 2);
+    int fam = oobx__get_u16(p);
+    int port = oobx__get_u16(p + 2);
     if (port == 0) return -1;
     if (fam == AF_INET) {
         a->sin.sin_family = AF_INET;
@@ -870,11 +870,11 @@ static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a)
     } else if (fam == AF_INET6) {
         a->sin6.sin6_family = AF_INET6;
         memcpy(&a->sin6.sin6_addr, p + 4, 16);
-        a->sin6.sin6_scope_id = oobx_get_u32(p + 20);
+        a->sin6.sin6_scope_id = oobx__get_u32(p + 20);
     } else {
         return -1;
     }
-    sock_addr_set_port(a, port);
+    oobx__sock_addr_set_port(a, port);
     return 0;
 }
 
@@ -892,7 +892,7 @@ static int sk_set_peer(oobx_tp_t *tpp, int peer, const void *blob, size_t len)
     sk_tp_t *t = tp_of(tpp);
     if (peer < 0 || peer >= t->nranks) return OOBX_ERR_INVALID;
     if (addr_decode(blob, len, &t->peers[peer].addr) != 0)
-        return oobx_fail(t->log, OOBX_ERR_PROTOCOL, "socket: the address of rank %d (%zu bytes) does not parse", peer,
+        return oobx__fail(t->log, OOBX_ERR_PROTOCOL, "socket: the address of rank %d (%zu bytes) does not parse", peer,
                          len);
     t->peers[peer].have_addr = 1;
     return 0;
@@ -923,12 +923,12 @@ static void sk_destroy(oobx_tp_t *tpp)
     sk_tp_t *t = tp_of(tpp);
     if (!t) return;
     /* give queued sends a short chance to leave */
-    uint64_t until = oobx_now_ns() + 200000000ull;
+    uint64_t until = oobx__now_ns() + 200000000ull;
     for (;;) {
         int queued = 0;
         for (sk_conn_t *c = t->conns; c; c = c->next_all)
             if (c->state == SC_READY && c->sq_head) queued = 1;
-        if (!queued || oobx_now_ns() >= until) break;
+        if (!queued || oobx__now_ns() >= until) break;
         struct pollfd pfd = {.fd = t->epfd, .events = POLLIN};
         poll(&pfd, 1, 10);
         for (sk_conn_t *c = t->conns; c; c = c->next_all)
@@ -957,11 +957,11 @@ static int pick_listen_addr(const oobx_tp_params_t *p, oobx_sockaddr_t *out, cha
         .pci_target = s->topo_pci[0] ? s->topo_pci : NULL,
     };
     topo_if_t ifc;
-    int rc = topo_pick_if(&req, &ifc, why, whylen);
+    int rc = oobx__topo_pick_if(&req, &ifc, why, whylen);
     if (rc != 0) return rc;
     memset(out, 0, sizeof(*out));
     memcpy(out, &ifc.addr, ifc.addrlen);
-    sock_addr_set_port(out, 0);
+    oobx__sock_addr_set_port(out, 0);
     OOBX_INFO(p->log, "socket: using %s", why);
     return 0;
 }
@@ -970,7 +970,7 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
 {
     sk_tp_t *t = calloc(1, sizeof(*t));
     if (!t) return OOBX_ERR_NOMEM;
-    t->base.ops = &oobx_socket_ops;
+    t->base.ops = &oobx__socket_ops;
     t->p = *p;
     t->log = p->log;
     t->rank = p->rank;
@@ -978,25 +978,25 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     t->magic = p->magic;
     t->timeout_ms = p->settings->timeout_ms;
     t->listen_fd = -1;
-    t->rng = oobx_random64();
+    t->rng = oobx__random64();
     t->peers = calloc((size_t)p->nranks, sizeof(*t->peers));
     t->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (!t->peers || t->epfd < 0) {
-        int rc = t->epfd < 0 ? oobx_fail(p->log, OOBX_ERR_SYSTEM, "socket: epoll_create1: %s", strerror(errno))
+        int rc = t->epfd < 0 ? oobx__fail(p->log, OOBX_ERR_SYSTEM, "socket: epoll_create1: %s", strerror(errno))
                              : OOBX_ERR_NOMEM;
         sk_destroy(&t->base);
         return rc;
     }
-    sock_raise_nofile();
+    oobx__sock_raise_nofile();
     char why[512];
     int rc = pick_listen_addr(p, &t->addr, why, sizeof(why));
-    if (rc == 0) rc = sock_listen(&t->addr, 4096, &t->listen_fd, why, sizeof(why));
+    if (rc == 0) rc = oobx__sock_listen(&t->addr, 4096, &t->listen_fd, why, sizeof(why));
     if (rc != 0) {
-        rc = oobx_fail(p->log, rc, "socket: rank %d cannot listen: %s", p->rank, why);
+        rc = oobx__fail(p->log, rc, "socket: rank %d cannot listen: %s", p->rank, why);
         sk_destroy(&t->base);
         return rc;
     }
-    sock_addr_format(&t->addr, t->name, sizeof(t->name));
+    oobx__sock_addr_format(&t->addr, t->name, sizeof(t->name));
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(t->epfd, EPOLL_CTL_ADD, t->listen_fd, &e);
     t->wake_fd = p->wake_fd;
@@ -1008,7 +1008,7 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     return 0;
 }
 
-const oobx_tp_ops_t oobx_socket_ops = {
+const oobx_tp_ops_t oobx__socket_ops = {
     .version = OOBX_TP_VERSION,
     .name = "socket",
     .create = sk_create,

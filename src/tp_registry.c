@@ -9,7 +9,7 @@
 #include "transport.h"
 #include "util.h"
 
-int oobx_tp_ring_none(oobx_tp_t *tp, int prev, int next)
+int oobx__tp_ring_none(oobx_tp_t *tp, int prev, int next)
 {
     (void)tp;
     (void)prev;
@@ -29,10 +29,10 @@ static void library_dir(char *out, size_t len)
     }
 }
 
-int oobx_tp_lookup(const char *name, const oobx_tp_ops_t **ops, char *why, size_t whylen)
+int oobx__tp_lookup(const char *name, const oobx_tp_ops_t **ops, char *why, size_t whylen)
 {
     if (!strcmp(name, "socket")) {
-        *ops = &oobx_socket_ops;
+        *ops = &oobx__socket_ops;
         return 0;
     }
     if (strcmp(name, "ucx") && strcmp(name, "verbs")) {
@@ -86,16 +86,16 @@ static void probe_end(void *core, void *cookie)
     (void)cookie;
 }
 
-int oobx_tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen)
+int oobx__tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen)
 {
     const oobx_tp_ops_t *ops;
-    int rc = oobx_tp_lookup(name, &ops, why, whylen);
+    int rc = oobx__tp_lookup(name, &ops, why, whylen);
     if (rc != 0) return rc;
     oobx_log_t log;
     oobx_settings_t quiet = *s;
     quiet.log_level = OOBX_LOG_NONE;
-    oobx_log_open(&log, &quiet, "probe");
-    oobx_tp_params_t p = {.rank = 0, .nranks = 1, .magic = oobx_random64(), .settings = &quiet, .log = &log,
+    oobx__log_open(&log, &quiet, "probe");
+    oobx_tp_params_t p = {.rank = 0, .nranks = 1, .magic = oobx__random64(), .settings = &quiet, .log = &log,
                           .sink = {.core = NULL, .msg_begin = probe_begin, .msg_end = probe_end,
                                    .peer_failed = probe_failed},
                           .wake_fd = -1};
@@ -103,6 +103,6 @@ int oobx_tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t 
     rc = ops->create(&p, &tp);
     if (rc != 0) snprintf(why, whylen, "%s", oobx_last_error());
     else ops->destroy(tp);
-    oobx_log_close(&log);
+    oobx__log_close(&log);
     return rc;
 }

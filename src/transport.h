@@ -131,18 +131,18 @@ struct oobx_tp {
 };
 
 /* Built-in and module transports. */
-extern const oobx_tp_ops_t oobx_socket_ops;
+extern const oobx_tp_ops_t oobx__socket_ops;
 
 /* Finds a transport by name, loading its module (liboobx-<name>.so from the
  * library's own directory) when needed. Returns 0 and *ops, or
  * OOBX_ERR_UNAVAILABLE with the reason in why. */
-int oobx_tp_lookup(const char *name, const oobx_tp_ops_t **ops, char *why, size_t whylen);
+int oobx__tp_lookup(const char *name, const oobx_tp_ops_t **ops, char *why, size_t whylen);
 
 /* Checks that transport name can run here: loads it and creates and destroys
  * a one-rank instance. 0, or an error with the reason in why. */
-int oobx_tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen);
+int oobx__tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen);
 
 /* Default for an optional op. */
-int oobx_tp_ring_none(oobx_tp_t *tp, int prev, int next);
+int oobx__tp_ring_none(oobx_tp_t *tp, int prev, int next);
 
 #endif

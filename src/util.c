@@ -5,23 +5,23 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t oobx_now_ns(void)
+uint64_t oobx__now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t oobx_deadline(int timeout_ms)
+uint64_t oobx__deadline(int timeout_ms)
 {
     if (timeout_ms < 0) return UINT64_MAX;
-    return oobx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    return oobx__now_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
-int oobx_ms_left(uint64_t deadline_ns, int cap_ms)
+int oobx__ms_left(uint64_t deadline_ns, int cap_ms)
 {
     if (deadline_ns == UINT64_MAX) return cap_ms;
-    uint64_t now = oobx_now_ns();
+    uint64_t now = oobx__now_ns();
     if (now >= deadline_ns) return 0;
     uint64_t left = (deadline_ns - now + 999999ull) / 1000000ull;
     if (cap_ms >= 0 && left > (uint64_t)cap_ms) return cap_ms;
@@ -29,7 +29,7 @@ int oobx_ms_left(uint64_t deadline_ns, int cap_ms)
     return (int)left;
 }
 
-uint64_t oobx_mix64(uint64_t a, uint64_t b)
+uint64_t oobx__mix64(uint64_t a, uint64_t b)
 {
     uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
     x ^= x >> 30;
@@ -40,19 +40,19 @@ uint64_t oobx_mix64(uint64_t a, uint64_t b)
     return x;
 }
 
-uint64_t oobx_random64(void)
+uint64_t oobx__random64(void)
 {
     uint64_t v = 0;
     ssize_t n = getrandom(&v, sizeof(v), GRND_NONBLOCK);
     if (n == (ssize_t)sizeof(v) && v != 0) return v;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    v = oobx_mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20), (uint64_t)getpid());
-    v = oobx_mix64(v, oobx_now_ns());
+    v = oobx__mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20), (uint64_t)getpid());
+    v = oobx__mix64(v, oobx__now_ns());
     return v ? v : 1;
 }
 
-uint64_t oobx_hash64(const void *data, size_t len, uint64_t seed)
+uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed)
 {
     const unsigned char *p = data;
     uint64_t h = 0xcbf29ce484222325ull ^ seed;

@@ -5,14 +5,14 @@
 #include <stdint.h>
 #include <stddef.h>
 
-uint64_t oobx_now_ns(void);                     /* CLOCK_MONOTONIC */
+uint64_t oobx__now_ns(void);                     /* CLOCK_MONOTONIC */
 /* deadline_ns for a timeout in ms from now; UINT64_MAX for timeout_ms < 0 */
-uint64_t oobx_deadline(int timeout_ms);
+uint64_t oobx__deadline(int timeout_ms);
 /* ms left until deadline, clamped to [0, cap_ms]; cap_ms < 0: no cap; -1 for no deadline */
-int oobx_ms_left(uint64_t deadline_ns, int cap_ms);
-uint64_t oobx_random64(void);                   /* getrandom(), else time^pid mix */
-uint64_t oobx_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 */
-uint64_t oobx_mix64(uint64_t a, uint64_t b);
+int oobx__ms_left(uint64_t deadline_ns, int cap_ms);
+uint64_t oobx__random64(void);                   /* getrandom(), else time^pid mix */
+uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 */
+uint64_t oobx__mix64(uint64_t a, uint64_t b);
 
 #define OOBX_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define OOBX_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -5,30 +5,30 @@
 
 #include "oobx.h"
 
-void oobx_put_u16(unsigned char *p, uint16_t v)
+void oobx__put_u16(unsigned char *p, uint16_t v)
 {
     p[0] = (unsigned char)v;
     p[1] = (unsigned char)(v >> 8);
 }
-void oobx_put_u32(unsigned char *p, uint32_t v)
+void oobx__put_u32(unsigned char *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
-void oobx_put_u64(unsigned char *p, uint64_t v)
+void oobx__put_u64(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
-uint16_t oobx_get_u16(const unsigned char *p)
+uint16_t oobx__get_u16(const unsigned char *p)
 {
     return (uint16_t)(p[0] | (p[1] << 8));
 }
-uint32_t oobx_get_u32(const unsigned char *p)
+uint32_t oobx__get_u32(const unsigned char *p)
 {
     uint32_t v = 0;
     for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
     return v;
 }
-uint64_t oobx_get_u64(const unsigned char *p)
+uint64_t oobx__get_u64(const unsigned char *p)
 {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
@@ -41,28 +41,28 @@ static int short_input(const char *what, size_t got, size_t want, char *why, siz
     return OOBX_ERR_PROTOCOL;
 }
 
-void oobx_hello_encode(const oobx_hello_t *h, unsigned char out[OOBX_HELLO_BYTES])
+void oobx__hello_encode(const oobx_hello_t *h, unsigned char out[OOBX_HELLO_BYTES])
 {
-    oobx_put_u32(out, h->proto_magic);
-    oobx_put_u16(out + 4, h->version);
-    oobx_put_u16(out + 6, h->type);
-    oobx_put_u64(out + 8, h->comm_magic);
-    oobx_put_u32(out + 16, (uint32_t)h->rank);
-    oobx_put_u32(out + 20, (uint32_t)h->nranks);
-    oobx_put_u64(out + 24, h->reserved);
+    oobx__put_u32(out, h->proto_magic);
+    oobx__put_u16(out + 4, h->version);
+    oobx__put_u16(out + 6, h->type);
+    oobx__put_u64(out + 8, h->comm_magic);
+    oobx__put_u32(out + 16, (uint32_t)h->rank);
+    oobx__put_u32(out + 20, (uint32_t)h->nranks);
+    oobx__put_u64(out + 24, h->reserved);
 }
 
-int oobx_hello_decode(const unsigned char *in, size_t len, oobx_hello_t *h, char *why, size_t whylen)
+int oobx__hello_decode(const unsigned char *in, size_t len, oobx_hello_t *h, char *why, size_t whylen)
 {
     if (len < OOBX_HELLO_BYTES) return short_input("hello", len, OOBX_HELLO_BYTES, why, whylen);
     oobx_hello_t v;
-    v.proto_magic = oobx_get_u32(in);
-    v.version = oobx_get_u16(in + 4);
-    v.type = oobx_get_u16(in + 6);
-    v.comm_magic = oobx_get_u64(in + 8);
-    v.rank = (int32_t)oobx_get_u32(in + 16);
-    v.nranks = (int32_t)oobx_get_u32(in + 20);
-    v.reserved = oobx_get_u64(in + 24);
+    v.proto_magic = oobx__get_u32(in);
+    v.version = oobx__get_u16(in + 4);
+    v.type = oobx__get_u16(in + 6);
+    v.comm_magic = oobx__get_u64(in + 8);
+    v.rank = (int32_t)oobx__get_u32(in + 16);
+    v.nranks = (int32_t)oobx__get_u32(in + 20);
+    v.reserved = oobx__get_u64(in + 24);
     if (v.proto_magic != OOBX_WIRE_MAGIC) {
         snprintf(why, whylen, "not an oobx hello (protocol magic 0x%08x)", v.proto_magic);
         return OOBX_ERR_PROTOCOL;
@@ -83,26 +83,26 @@ int oobx_hello_decode(const unsigned char *in, size_t len, oobx_hello_t *h, char
     return OOBX_SUCCESS;
 }
 
-void oobx_report_encode(const oobx_report_t *r, unsigned char out[OOBX_REPORT_BYTES])
+void oobx__report_encode(const oobx_report_t *r, unsigned char out[OOBX_REPORT_BYTES])
 {
-    oobx_put_u32(out, (uint32_t)r->rank);
-    oobx_put_u32(out + 4, (uint32_t)r->nranks);
-    oobx_put_u32(out + 8, (uint32_t)r->iroot);
-    oobx_put_u32(out + 12, (uint32_t)r->nroots);
-    oobx_put_u32(out + 16, r->tpid);
-    oobx_put_u32(out + 20, r->blob_len);
+    oobx__put_u32(out, (uint32_t)r->rank);
+    oobx__put_u32(out + 4, (uint32_t)r->nranks);
+    oobx__put_u32(out + 8, (uint32_t)r->iroot);
+    oobx__put_u32(out + 12, (uint32_t)r->nroots);
+    oobx__put_u32(out + 16, r->tpid);
+    oobx__put_u32(out + 20, r->blob_len);
 }
 
-int oobx_report_decode(const unsigned char *in, size_t len, oobx_report_t *r, char *why, size_t whylen)
+int oobx__report_decode(const unsigned char *in, size_t len, oobx_report_t *r, char *why, size_t whylen)
 {
     if (len < OOBX_REPORT_BYTES) return short_input("root report", len, OOBX_REPORT_BYTES, why, whylen);
     oobx_report_t v;
-    v.rank = (int32_t)oobx_get_u32(in);
-    v.nranks = (int32_t)oobx_get_u32(in + 4);
-    v.iroot = (int32_t)oobx_get_u32(in + 8);
-    v.nroots = (int32_t)oobx_get_u32(in + 12);
-    v.tpid = oobx_get_u32(in + 16);
-    v.blob_len = oobx_get_u32(in + 20);
+    v.rank = (int32_t)oobx__get_u32(in);
+    v.nranks = (int32_t)oobx__get_u32(in + 4);
+    v.iroot = (int32_t)oobx__get_u32(in + 8);
+    v.nroots = (int32_t)oobx__get_u32(in + 12);
+    v.tpid = oobx__get_u32(in + 16);
+    v.blob_len = oobx__get_u32(in + 20);
     if (v.nranks <= 0 || v.rank < 0 || v.rank > v.nranks) {
         snprintf(why, whylen, "report of rank %d of %d: rank out of range", v.rank, v.nranks);
         return OOBX_ERR_PROTOCOL;
@@ -125,18 +125,18 @@ int oobx_report_decode(const unsigned char *in, size_t len, oobx_report_t *r, ch
     return OOBX_SUCCESS;
 }
 
-void oobx_reply_encode(const oobx_reply_t *r, unsigned char out[OOBX_REPLY_BYTES])
+void oobx__reply_encode(const oobx_reply_t *r, unsigned char out[OOBX_REPLY_BYTES])
 {
-    oobx_put_u32(out, (uint32_t)r->status);
-    oobx_put_u32(out + 4, r->len);
+    oobx__put_u32(out, (uint32_t)r->status);
+    oobx__put_u32(out + 4, r->len);
 }
 
-int oobx_reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, char *why, size_t whylen)
+int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, char *why, size_t whylen)
 {
     if (len < OOBX_REPLY_BYTES) return short_input("root reply", len, OOBX_REPLY_BYTES, why, whylen);
     oobx_reply_t v;
-    v.status = (int32_t)oobx_get_u32(in);
-    v.len = oobx_get_u32(in + 4);
+    v.status = (int32_t)oobx__get_u32(in);
+    v.len = oobx__get_u32(in + 4);
     if (v.status > 0 || v.status < OOBX_ERR_INTERNAL) {
         snprintf(why, whylen, "root reply with unknown status %d", v.status);
         return OOBX_ERR_PROTOCOL;
@@ -153,28 +153,28 @@ int oobx_reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, char
     return OOBX_SUCCESS;
 }
 
-void oobx_msghdr_encode(const oobx_msg_hdr_t *h, unsigned char out[OOBX_MSGHDR_BYTES])
+void oobx__msghdr_encode(const oobx_msg_hdr_t *h, unsigned char out[OOBX_MSGHDR_BYTES])
 {
-    oobx_put_u64(out, h->ctx);
-    oobx_put_u64(out + 8, h->tag);
-    oobx_put_u64(out + 16, h->len);
-    oobx_put_u32(out + 24, (uint32_t)h->src);
-    oobx_put_u16(out + 28, (uint16_t)h->kind);
-    oobx_put_u16(out + 30, OOBX_MSGHDR_CHECK);
+    oobx__put_u64(out, h->ctx);
+    oobx__put_u64(out + 8, h->tag);
+    oobx__put_u64(out + 16, h->len);
+    oobx__put_u32(out + 24, (uint32_t)h->src);
+    oobx__put_u16(out + 28, (uint16_t)h->kind);
+    oobx__put_u16(out + 30, OOBX_MSGHDR_CHECK);
 }
 
-int oobx_msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, char *why, size_t whylen)
+int oobx__msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, char *why, size_t whylen)
 {
     if (len < OOBX_MSGHDR_BYTES) return short_input("message header", len, OOBX_MSGHDR_BYTES, why, whylen);
     oobx_msg_hdr_t v;
-    v.ctx = oobx_get_u64(in);
-    v.tag = oobx_get_u64(in + 8);
-    v.len = oobx_get_u64(in + 16);
-    v.src = (int32_t)oobx_get_u32(in + 24);
-    v.kind = oobx_get_u16(in + 28);
-    if (oobx_get_u16(in + 30) != OOBX_MSGHDR_CHECK) {
+    v.ctx = oobx__get_u64(in);
+    v.tag = oobx__get_u64(in + 8);
+    v.len = oobx__get_u64(in + 16);
+    v.src = (int32_t)oobx__get_u32(in + 24);
+    v.kind = oobx__get_u16(in + 28);
+    if (oobx__get_u16(in + 30) != OOBX_MSGHDR_CHECK) {
         snprintf(why, whylen, "message header check 0x%04x is not 0x%04x: stream out of step",
-                 oobx_get_u16(in + 30), OOBX_MSGHDR_CHECK);
+                 oobx__get_u16(in + 30), OOBX_MSGHDR_CHECK);
         return OOBX_ERR_PROTOCOL;
     }
     if (v.kind < OOBX_MSG_P2P || v.kind > OOBX_MSG_CTRL) {

@@ -54,25 +54,25 @@ typedef struct oobx_reply {
 #define OOBX_MSGHDR_CHECK 0x0b0bu
 #define OOBX_MSG_MAX_LEN (1ull << 44) /* 16 TiB: anything above is garbage */
 
-void oobx_hello_encode(const oobx_hello_t *h, unsigned char out[OOBX_HELLO_BYTES]);
+void oobx__hello_encode(const oobx_hello_t *h, unsigned char out[OOBX_HELLO_BYTES]);
 /* 0, or OOBX_ERR_PROTOCOL / OOBX_ERR_MISMATCH with the reason in why */
-int oobx_hello_decode(const unsigned char *in, size_t len, oobx_hello_t *h, char *why, size_t whylen);
+int oobx__hello_decode(const unsigned char *in, size_t len, oobx_hello_t *h, char *why, size_t whylen);
 
-void oobx_report_encode(const oobx_report_t *r, unsigned char out[OOBX_REPORT_BYTES]);
-int oobx_report_decode(const unsigned char *in, size_t len, oobx_report_t *r, char *why, size_t whylen);
+void oobx__report_encode(const oobx_report_t *r, unsigned char out[OOBX_REPORT_BYTES]);
+int oobx__report_decode(const unsigned char *in, size_t len, oobx_report_t *r, char *why, size_t whylen);
 
-void oobx_reply_encode(const oobx_reply_t *r, unsigned char out[OOBX_REPLY_BYTES]);
-int oobx_reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, char *why, size_t whylen);
+void oobx__reply_encode(const oobx_reply_t *r, unsigned char out[OOBX_REPLY_BYTES]);
+int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, char *why, size_t whylen);
 
-void oobx_msghdr_encode(const oobx_msg_hdr_t *h, unsigned char out[OOBX_MSGHDR_BYTES]);
-int oobx_msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, char *why, size_t whylen);
+void oobx__msghdr_encode(const oobx_msg_hdr_t *h, unsigned char out[OOBX_MSGHDR_BYTES]);
+int oobx__msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, char *why, size_t whylen);
 
 /* little-endian helpers */
-void oobx_put_u16(unsigned char *p, uint16_t v);
-void oobx_put_u32(unsigned char *p, uint32_t v);
-void oobx_put_u64(unsigned char *p, uint64_t v);
-uint16_t oobx_get_u16(const unsigned char *p);
-uint32_t oobx_get_u32(const unsigned char *p);
-uint64_t oobx_get_u64(const unsigned char *p);
+void oobx__put_u16(unsigned char *p, uint16_t v);
+void oobx__put_u32(unsigned char *p, uint32_t v);
+void oobx__put_u64(unsigned char *p, uint64_t v);
+uint16_t oobx__get_u16(const unsigned char *p);
+uint32_t oobx__get_u32(const unsigned char *p);
+uint64_t oobx__get_u64(const unsigned char *p);
 
 #endif

@@ -53,11 +53,11 @@ static void tp_check(const char *name, const oobx_settings_t *s, tp_state_t *st)
 {
     const oobx_tp_ops_t *ops = NULL;
     memset(st, 0, sizeof *st);
-    if (oobx_tp_lookup(name, &ops, st->why, sizeof st->why) != OOBX_SUCCESS) return;
+    if (oobx__tp_lookup(name, &ops, st->why, sizeof st->why) != OOBX_SUCCESS) return;
     st->ops = ops;
     st->built = 1;
     st->why[0] = '\0';
-    if (oobx_tp_probe(name, s, st->why, sizeof st->why) == OOBX_SUCCESS) st->usable = 1;
+    if (oobx__tp_probe(name, s, st->why, sizeof st->why) == OOBX_SUCCESS) st->usable = 1;
 }
 
 /* A transport module may export oobx_<name>_describe(FILE *, const oobx_settings_t *):
@@ -184,9 +184,9 @@ static void print_interface(const oobx_settings_t *s)
     printf(":\n");
     request_from_settings(s, &req, &root, roothost, sizeof roothost);
     why[0] = '\0';
-    int rc = topo_pick_if(&req, &ifc, why, sizeof why);
+    int rc = oobx__topo_pick_if(&req, &ifc, why, sizeof why);
     if (rc == OOBX_SUCCESS) {
-        topo_if_format(&ifc, addr, sizeof addr);
+        oobx__topo_if_format(&ifc, addr, sizeof addr);
         printf("  %s %s\n  why: %s\n", ifc.name, addr, why);
     } else {
         printf("  none: %s (%s)\n", why[0] ? why : oobx_last_error(), oobx_error_name(rc));
@@ -198,7 +198,7 @@ static void print_interface(const oobx_settings_t *s)
 
 static int known_name(const char *name, size_t len)
 {
-    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++)
+    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++)
         if (strlen(d->name) == len && !strncmp(d->name, name, len)) return 1;
     for (int i = 0; env_extra[i]; i++)
         if (strlen(env_extra[i]) == len && !strncmp(env_extra[i], name, len)) return 1;
@@ -223,7 +223,7 @@ static void print_shell_word(const char *v)
 static void print_settings(void)
 {
     printf("# oobx %s settings: default, value in this environment, and doc\n", oobx_version());
-    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++) {
+    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++) {
         const char *v = getenv(d->name);
         printf("\n# %s\n", d->doc);
         printf("# default: %s\n", d->def[0] ? d->def : "(empty)");
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
     }
 
     oobx_settings_t s;
-    int bad = oobx_settings_load(&s, NULL);
+    int bad = oobx__settings_load(&s, NULL);
     /* a malformed setting was reported by the library (on stderr) */
     if (bad != OOBX_SUCCESS && !want_config) return 1;
     if (want_usable) return print_usable(&s);
@@ -290,7 +290,7 @@ int main(int argc, char **argv)
         char roothost[256];
         request_from_settings(&s, &req, &root, roothost, sizeof roothost);
         fflush(stdout);
-        topo_report(stdout, &req);
+        oobx__topo_report(stdout, &req);
     }
     return 0;
 }

@@ -30,12 +30,12 @@ typedef struct topo_if {
 /* NCCL's grammar: a comma-separated list of name prefixes; a leading '^'
  * makes it an exclude list, a leading '=' (after the optional '^') makes the
  * entries exact names. NULL or "" matches everything. 1 match, 0 not. */
-int topo_ifname_match(const char *spec, const char *ifname);
+int oobx__topo_ifname_match(const char *spec, const char *ifname);
 
 /* Interfaces that are administratively up and have an IPv4 or IPv6 address
  * (getifaddrs), one entry per address, in the system's order; `up` is 0 for
  * an interface without carrier. Caller frees *out. */
-int topo_if_list(topo_if_t **out, int *n);
+int oobx__topo_if_list(topo_if_t **out, int *n);
 
 typedef struct topo_request {
     const char *ifname_spec;         /* OOBX_SOCKET_IFNAME, or NULL/"" */
@@ -46,17 +46,17 @@ typedef struct topo_request {
     const char *pci_target;          /* "0000:3b:00.0" or NULL/"" */
     const char *cpuset_target;       /* hwloc list string "0-3" (tests); NULL: calling thread's binding */
     const char *xml_path;            /* topology XML (tests); NULL: this machine */
-    const char *net_device;          /* OOBX_NET_DEVICE or NULL/"": when set, topo_pick_device
-                                        returns the candidate it names and topo_report says so */
+    const char *net_device;          /* OOBX_NET_DEVICE or NULL/"": when set, oobx__topo_pick_device
+                                        returns the candidate it names and oobx__topo_report says so */
 } topo_request_t;
 
 /* Picks the socket interface for req on this machine. Returns 0 (OOBX_SUCCESS) and *out, with a one-line
  * reason in why ("lo: subnet 127.0.0.0/8 holds the root 127.0.0.1"), or OOBX_ERR_UNAVAILABLE with why
  * naming what was found and what filtered it. OOBX_ERR_INVALID for a malformed pci_target or
  * cpuset_target. */
-int topo_pick_if(const topo_request_t *req, topo_if_t *out, char *why, size_t whylen);
-/* The same over a given list (for tests and for topo_pick_if itself). */
-int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, topo_if_t *out,
+int oobx__topo_pick_if(const topo_request_t *req, topo_if_t *out, char *why, size_t whylen);
+/* The same over a given list (for tests and for oobx__topo_pick_if itself). */
+int oobx__topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, topo_if_t *out,
                       char *why, size_t whylen);
 
 /* RDMA / network devices, ranked for the target (closest first); for UCX and verbs. */
@@ -74,43 +74,43 @@ typedef struct topo_dev {
  * calling thread's binding; xml_path for tests). OOBX_ERR_UNAVAILABLE with why when hwloc is not built
  * in or the topology cannot be loaded; OOBX_ERR_INVALID for a malformed target. On success why says
  * what the target was. Caller frees *out (NULL when *n is 0). */
-int topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen);
+int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen);
 /* For UCX/verbs: picks the device among the candidate names (as the transport lists them) closest to the
  * target; keeps candidate order when hwloc cannot tell. Returns index into names, and why.
  * A candidate "mlx5_0:1" (device:port) is located by its device part. When req->net_device is set, the
  * candidate it names is returned: the same name, or "mlx5_0" naming "mlx5_0:1", or "mlx5_0:1" naming a
  * candidate listed without port ("mlx5_0"); OOBX_ERR_UNAVAILABLE when it names none.
  * OOBX_ERR_INVALID for no candidates or a malformed target. */
-int topo_pick_device(const topo_request_t *req, const char *const *names, int nnames, char *why, size_t whylen);
+int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, int nnames, char *why, size_t whylen);
 /* For a transport that cannot list its devices before it starts (UCX narrows
  * NET_DEVICES before ucp_init): the RDMA device hwloc ranks closest to req's target.
  * OOBX_SUCCESS with its name in out only when there is a choice to make (several
  * RDMA devices, not all equally close); otherwise OOBX_ERR_UNAVAILABLE, with why
  * saying why the library's own order should be kept. OOBX_ERR_INVALID for a
  * malformed target. */
-int topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen);
+int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen);
 /* For `oobx-info -t`: prints devices, their locality, and what socket/ucx/verbs would pick, and why.
  * req NULL: the request is built from the OOBX_* settings of the environment. */
-void topo_report(FILE *out, const topo_request_t *req);
+void oobx__topo_report(FILE *out, const topo_request_t *req);
 
 /* ---- shared inside topo/ (and reachable by the unit tests) ---- */
 
 /* "0000:3b:00.0", "3b:00.0" (domain 0), any case. 0 and the parts, or OOBX_ERR_INVALID. */
-int topo_pci_parse(const char *s, unsigned *domain, unsigned *bus, unsigned *dev, unsigned *func);
+int oobx__topo_pci_parse(const char *s, unsigned *domain, unsigned *bus, unsigned *dev, unsigned *func);
 /* Closeness of each name (a device or interface name; "dev:port" is located by "dev") for req's
  * target: closeness[i] = TOPO_CLOSE_*, TOPO_CLOSE_UNKNOWN for a name hwloc does not list.
  * OOBX_ERR_UNAVAILABLE with why when hwloc cannot tell. */
-int topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness,
+int oobx__topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness,
                     char *why, size_t whylen);
 /* "switch", "numa", "package", "any", "unknown" */
-const char *topo_closeness_name(int closeness);
+const char *oobx__topo_closeness_name(int closeness);
 /* 1 when the interface is a container or VM bridge (docker*, virbr*, veth*): chosen after real ones. */
-int topo_if_is_virtual(const char *ifname);
+int oobx__topo_if_is_virtual(const char *ifname);
 /* "10.0.0.7/24" or "fe80::1%eth0/64" */
-void topo_if_format(const topo_if_t *ifc, char *buf, size_t len);
+void oobx__topo_if_format(const topo_if_t *ifc, char *buf, size_t len);
 /* Appends to the NUL-terminated buf of size len, truncating. */
-void topo_appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void oobx__topo_appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* 1 when addr lies in ifc's subnet (an IPv4-mapped IPv6 addr counts as IPv4). */
-int topo_if_holds(const topo_if_t *ifc, const struct sockaddr *addr, socklen_t addrlen);
+int oobx__topo_if_holds(const topo_if_t *ifc, const struct sockaddr *addr, socklen_t addrlen);
 
 #endif /* OOBX_TOPO_H */

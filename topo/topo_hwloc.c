@@ -17,7 +17,7 @@
 #include <hwloc.h>
 #endif
 
-const char *topo_closeness_name(int closeness)
+const char *oobx__topo_closeness_name(int closeness)
 {
     switch (closeness) {
     case TOPO_CLOSE_SWITCH: return "switch";
@@ -42,7 +42,7 @@ static int topo_hex(const char *s, int maxdigits, unsigned *v)
     return k;
 }
 
-int topo_pci_parse(const char *s, unsigned *domain, unsigned *bus, unsigned *dev, unsigned *func)
+int oobx__topo_pci_parse(const char *s, unsigned *domain, unsigned *bus, unsigned *dev, unsigned *func)
 {
     if (!s) return OOBX_ERR_INVALID;
     while (*s == ' ') s++;
@@ -178,7 +178,7 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
     const char *cpulist = req && req->cpuset_target && req->cpuset_target[0] ? req->cpuset_target : NULL;
     const char *xml = req && req->xml_path && req->xml_path[0] ? req->xml_path : NULL;
     unsigned dom = 0, bus = 0, dev = 0, fn = 0;
-    if (pci && topo_pci_parse(pci, &dom, &bus, &dev, &fn) != OOBX_SUCCESS) {
+    if (pci && oobx__topo_pci_parse(pci, &dom, &bus, &dev, &fn) != OOBX_SUCCESS) {
         topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", pci);
         return OOBX_ERR_INVALID;
     }
@@ -352,7 +352,7 @@ static int topo_ctx_devices(const topo_ctx_t *c, int kind, topo_dev_t **out, int
     return OOBX_SUCCESS;
 }
 
-int topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
+int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
 {
     if (!out || !n || kind < 0 || kind > (TOPO_DEV_NET | TOPO_DEV_RDMA)) {
         topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
@@ -386,7 +386,7 @@ int topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int
     return OOBX_SUCCESS;
 }
 
-int topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness, char *why,
+int oobx__topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness, char *why,
                     size_t whylen)
 {
     if (!names || !closeness || n < 0) {
@@ -423,14 +423,14 @@ int topo_rank_names(const topo_request_t *req, const char *const *names, int n, 
 
 #else /* !OOBX_HAVE_HWLOC */
 
-int topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
+int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
 {
     if (!out || !n || kind < 0 || kind > (TOPO_DEV_NET | TOPO_DEV_RDMA)) {
         topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
         return OOBX_ERR_INVALID;
     }
     unsigned d, b, v, f;
-    if (req && req->pci_target && req->pci_target[0] && topo_pci_parse(req->pci_target, &d, &b, &v, &f) != 0) {
+    if (req && req->pci_target && req->pci_target[0] && oobx__topo_pci_parse(req->pci_target, &d, &b, &v, &f) != 0) {
         topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", req->pci_target);
         return OOBX_ERR_INVALID;
     }
@@ -438,7 +438,7 @@ int topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int
     return OOBX_ERR_UNAVAILABLE;
 }
 
-int topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness, char *why,
+int oobx__topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness, char *why,
                     size_t whylen)
 {
     if (!names || !closeness || n < 0) {
@@ -447,12 +447,12 @@ int topo_rank_names(const topo_request_t *req, const char *const *names, int n, 
     }
     topo_dev_t *devs = NULL;
     int count = 0;
-    return topo_rank_devices(req, 0, &devs, &count, why, whylen);
+    return oobx__topo_rank_devices(req, 0, &devs, &count, why, whylen);
 }
 
 #endif /* OOBX_HAVE_HWLOC */
 
-int topo_pick_device(const topo_request_t *req, const char *const *names, int nnames, char *why, size_t whylen)
+int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, int nnames, char *why, size_t whylen)
 {
     char scratch[8];
     if (!why || whylen == 0) {
@@ -485,7 +485,7 @@ int topo_pick_device(const topo_request_t *req, const char *const *names, int nn
                 }
             }
         topo_why(why, whylen, "OOBX_NET_DEVICE=%s names none of the %d candidates:", want, nnames);
-        for (int i = 0; i < nnames; i++) topo_appendf(why, whylen, "%s %s", i ? "," : "", names[i]);
+        for (int i = 0; i < nnames; i++) oobx__topo_appendf(why, whylen, "%s %s", i ? "," : "", names[i]);
         return OOBX_ERR_UNAVAILABLE;
     }
     int *close = calloc((size_t)nnames, sizeof(*close));
@@ -494,7 +494,7 @@ int topo_pick_device(const topo_request_t *req, const char *const *names, int nn
         return OOBX_ERR_NOMEM;
     }
     char rwhy[320] = "";
-    int rc = topo_rank_names(req, names, nnames, close, rwhy, sizeof(rwhy));
+    int rc = oobx__topo_rank_names(req, names, nnames, close, rwhy, sizeof(rwhy));
     if (rc == OOBX_ERR_INVALID) {
         topo_why(why, whylen, "%s", rwhy);
         free(close);
@@ -512,22 +512,22 @@ int topo_pick_device(const topo_request_t *req, const char *const *names, int nn
         topo_why(why, whylen, "%s: first candidate; hwloc locates none of the %d, so the transport's order is kept",
                  names[best], nnames);
     else if (nnames == 1)
-        topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best], topo_closeness_name(close[best]), rwhy);
+        topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best], oobx__topo_closeness_name(close[best]), rwhy);
     else {
         int ties = 0;
         for (int i = 0; i < nnames; i++) ties += close[i] == close[best];
         if (ties > 1)
             topo_why(why, whylen, "%s: first of the candidates closest (%s), %d of %d; %s", names[best],
-                     topo_closeness_name(close[best]), ties, nnames, rwhy);
+                     oobx__topo_closeness_name(close[best]), ties, nnames, rwhy);
         else
             topo_why(why, whylen, "%s: closest (%s) of %d candidates; %s", names[best],
-                     topo_closeness_name(close[best]), nnames, rwhy);
+                     oobx__topo_closeness_name(close[best]), nnames, rwhy);
     }
     free(close);
     return best;
 }
 
-int topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen)
+int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen)
 {
     if (!out || outlen == 0) {
         topo_why(why, whylen, "device choice: no room for the device name");
@@ -536,7 +536,7 @@ int topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char 
     topo_dev_t *devs = NULL;
     int n = 0;
     char rwhy[320] = "";
-    int rc = topo_rank_devices(req, TOPO_DEV_RDMA, &devs, &n, rwhy, sizeof(rwhy));
+    int rc = oobx__topo_rank_devices(req, TOPO_DEV_RDMA, &devs, &n, rwhy, sizeof(rwhy));
     if (rc != OOBX_SUCCESS) {
         topo_why(why, whylen, "%s", rwhy);
         return rc;
@@ -548,7 +548,7 @@ int topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char 
             topo_why(why, whylen, "hwloc sees one RDMA device (%s); %s", devs[0].name, rwhy);
         else
             topo_why(why, whylen, "the %d RDMA devices are equally close (%s); %s", n,
-                     topo_closeness_name(devs[0].closeness), rwhy);
+                     oobx__topo_closeness_name(devs[0].closeness), rwhy);
         free(devs);
         return OOBX_ERR_UNAVAILABLE;
     }
@@ -557,10 +557,10 @@ int topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char 
     snprintf(out, outlen, "%s", devs[0].name);
     if (ties > 1)
         topo_why(why, whylen, "%s: first of the RDMA devices closest (%s), %d of %d; %s", devs[0].name,
-                 topo_closeness_name(devs[0].closeness), ties, n, rwhy);
+                 oobx__topo_closeness_name(devs[0].closeness), ties, n, rwhy);
     else
         topo_why(why, whylen, "%s: closest (%s) of %d RDMA devices; %s", devs[0].name,
-                 topo_closeness_name(devs[0].closeness), n, rwhy);
+                 oobx__topo_closeness_name(devs[0].closeness), n, rwhy);
     free(devs);
     return OOBX_SUCCESS;
 }

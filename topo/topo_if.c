@@ -14,7 +14,7 @@
 
 #include "oobx.h"
 
-void topo_appendf(char *buf, size_t len, const char *fmt, ...)
+void oobx__topo_appendf(char *buf, size_t len, const char *fmt, ...)
 {
     if (!buf || len == 0) return;
     size_t used = strnlen(buf, len);
@@ -30,7 +30,7 @@ static int topo_spec_empty(const char *spec)
     return !spec || spec[0] == '\0';
 }
 
-int topo_ifname_match(const char *spec, const char *ifname)
+int oobx__topo_ifname_match(const char *spec, const char *ifname)
 {
     if (topo_spec_empty(spec)) return 1;
     if (!ifname) return 0;
@@ -65,7 +65,7 @@ int topo_ifname_match(const char *spec, const char *ifname)
     return exclude ? !found : found;
 }
 
-int topo_if_is_virtual(const char *ifname)
+int oobx__topo_if_is_virtual(const char *ifname)
 {
     static const char *const prefixes[] = {"docker", "virbr", "veth"};
     if (!ifname) return 0;
@@ -93,7 +93,7 @@ static int topo_mask_prefixlen(const struct sockaddr *mask, int family)
     return bits;
 }
 
-int topo_if_list(topo_if_t **out, int *n)
+int oobx__topo_if_list(topo_if_t **out, int *n)
 {
     if (!out || !n) return OOBX_ERR_INVALID;
     struct ifaddrs *list = NULL;
@@ -169,7 +169,7 @@ static int topo_addr_bytes(const struct sockaddr *a, socklen_t alen, unsigned ch
     return -1;
 }
 
-int topo_if_holds(const topo_if_t *ifc, const struct sockaddr *addr, socklen_t addrlen)
+int oobx__topo_if_holds(const topo_if_t *ifc, const struct sockaddr *addr, socklen_t addrlen)
 {
     unsigned char a[16], b[16];
     int fa, fb;
@@ -203,7 +203,7 @@ static void topo_addr_text(const struct sockaddr *a, socklen_t alen, char *buf, 
         snprintf(buf, len, "(unknown address)");
 }
 
-void topo_if_format(const topo_if_t *ifc, char *buf, size_t len)
+void oobx__topo_if_format(const topo_if_t *ifc, char *buf, size_t len)
 {
     char host[INET6_ADDRSTRLEN];
     topo_addr_text((const struct sockaddr *)&ifc->addr, ifc->addrlen, host, sizeof(host));
@@ -245,10 +245,10 @@ static const char *topo_family_name(int family)
 static int topo_if_class(const topo_if_t *ifc)
 {
     if (ifc->loopback) return 2;
-    return topo_if_is_virtual(ifc->name) ? 1 : 0;
+    return oobx__topo_if_is_virtual(ifc->name) ? 1 : 0;
 }
 
-int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, topo_if_t *out,
+int oobx__topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, topo_if_t *out,
                       char *why, size_t whylen)
 {
     char scratch[8];
@@ -267,7 +267,7 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
     }
     if (req->pci_target && req->pci_target[0]) {
         unsigned d, b, v, f;
-        if (topo_pci_parse(req->pci_target, &d, &b, &v, &f) != 0) {
+        if (oobx__topo_pci_parse(req->pci_target, &d, &b, &v, &f) != 0) {
             snprintf(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", req->pci_target);
             return OOBX_ERR_INVALID;
         }
@@ -290,12 +290,12 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
     for (int i = 0; i < n; i++) {
         const topo_if_t *t = &ifs[i];
         char addr[INET6_ADDRSTRLEN + TOPO_NAME_MAX + 8];
-        topo_if_format(t, addr, sizeof(addr));
+        oobx__topo_if_format(t, addr, sizeof(addr));
         const char *reason = NULL;
         char rbuf[300];
         if (!t->up) {
             reason = "down";
-        } else if (!topo_ifname_match(spec, t->name)) {
+        } else if (!oobx__topo_ifname_match(spec, t->name)) {
             snprintf(rbuf, sizeof(rbuf), "not selected by OOBX_SOCKET_IFNAME=%s", spec);
             reason = rbuf;
         } else if (req->family != AF_UNSPEC && t->family != req->family) {
@@ -306,7 +306,7 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
             reason = "IPv6 link-local, allowed only with OOBX_SOCKET_LINKLOCAL=1";
         }
         if (reason)
-            topo_appendf(rejected, sizeof(rejected), "%s%s %s (%s)", rejected[0] ? "; " : "", t->name, addr,
+            oobx__topo_appendf(rejected, sizeof(rejected), "%s%s %s (%s)", rejected[0] ? "; " : "", t->name, addr,
                          reason);
         else
             cand[ncand++] = i;
@@ -324,7 +324,7 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
         topo_addr_text(req->match, req->matchlen, root, sizeof(root));
         int k = 0;
         for (int j = 0; j < ncand; j++)
-            if (topo_if_holds(&ifs[cand[j]], req->match, req->matchlen)) cand[k++] = cand[j];
+            if (oobx__topo_if_holds(&ifs[cand[j]], req->match, req->matchlen)) cand[k++] = cand[j];
         if (k > 0) {
             ncand = k;
             subnet = 1;
@@ -360,7 +360,7 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
         if (names && close) {
             for (int j = 0; j < ncand; j++) names[j] = ifs[cand[j]].name;
             char rwhy[256] = "";
-            int rc = topo_rank_names(req, names, ncand, close, rwhy, sizeof(rwhy));
+            int rc = oobx__topo_rank_names(req, names, ncand, close, rwhy, sizeof(rwhy));
             if (rc == OOBX_SUCCESS) {
                 int bj = 0;
                 for (int j = 1; j < ncand; j++)
@@ -369,7 +369,7 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
                 closeness = close[bj];
                 for (int j = 0; j < ncand; j++) /* other names as close: a tie kept in order */
                     if (close[j] == closeness && strcmp(ifs[cand[j]].name, ifs[pick].name) != 0) tied++;
-                topo_appendf(hwloc_note, sizeof(hwloc_note), "%s", rwhy);
+                oobx__topo_appendf(hwloc_note, sizeof(hwloc_note), "%s", rwhy);
             } else if (rc == OOBX_ERR_INVALID) {
                 snprintf(why, whylen, "%s", rwhy);
                 free(names);
@@ -388,7 +388,7 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
 
     const topo_if_t *p = &ifs[pick];
     char addr[INET6_ADDRSTRLEN + TOPO_NAME_MAX + 8];
-    topo_if_format(p, addr, sizeof(addr));
+    oobx__topo_if_format(p, addr, sizeof(addr));
     if (subnet) {
         char net[INET6_ADDRSTRLEN + 8];
         topo_if_subnet(p, net, sizeof(net));
@@ -396,25 +396,25 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
     } else {
         snprintf(why, whylen, "%s %s: ", p->name, addr);
         if (req->match)
-            topo_appendf(why, whylen, "no interface's subnet holds the root %s, so ", root);
+            oobx__topo_appendf(why, whylen, "no interface's subnet holds the root %s, so ", root);
         if (named) {
-            topo_appendf(why, whylen, "first interface selected by OOBX_SOCKET_IFNAME=%s", spec);
+            oobx__topo_appendf(why, whylen, "first interface selected by OOBX_SOCKET_IFNAME=%s", spec);
         } else if (closeness >= 0) {
             if (tied)
-                topo_appendf(why, whylen, "first of the interfaces closest (%s) by hwloc, %d of %d",
-                             topo_closeness_name(closeness), tied + 1, distinct);
+                oobx__topo_appendf(why, whylen, "first of the interfaces closest (%s) by hwloc, %d of %d",
+                             oobx__topo_closeness_name(closeness), tied + 1, distinct);
             else
-                topo_appendf(why, whylen, "closest (%s) of %d interfaces by hwloc", topo_closeness_name(closeness),
+                oobx__topo_appendf(why, whylen, "closest (%s) of %d interfaces by hwloc", oobx__topo_closeness_name(closeness),
                              distinct);
-            if (hwloc_note[0]) topo_appendf(why, whylen, " (%s)", hwloc_note);
+            if (hwloc_note[0]) oobx__topo_appendf(why, whylen, " (%s)", hwloc_note);
         } else {
             const char *what = best_class == 2 ? "loopback, the only kind left"
                              : best_class == 1 ? "container/VM bridge, no other interface left"
                              : distinct > 1 ? "first of the real interfaces"
                                             : "the only real interface";
-            topo_appendf(why, whylen, "%s", what);
-            if (spec) topo_appendf(why, whylen, " selected by OOBX_SOCKET_IFNAME=%s", spec);
-            if (hwloc_note[0]) topo_appendf(why, whylen, " (%s)", hwloc_note);
+            oobx__topo_appendf(why, whylen, "%s", what);
+            if (spec) oobx__topo_appendf(why, whylen, " selected by OOBX_SOCKET_IFNAME=%s", spec);
+            if (hwloc_note[0]) oobx__topo_appendf(why, whylen, " (%s)", hwloc_note);
         }
     }
     *out = *p;
@@ -422,11 +422,11 @@ int topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *req, to
     return OOBX_SUCCESS;
 }
 
-int topo_pick_if(const topo_request_t *req, topo_if_t *out, char *why, size_t whylen)
+int oobx__topo_pick_if(const topo_request_t *req, topo_if_t *out, char *why, size_t whylen)
 {
     topo_if_t *ifs = NULL;
     int n = 0;
-    int rc = topo_if_list(&ifs, &n);
+    int rc = oobx__topo_if_list(&ifs, &n);
     if (rc != OOBX_SUCCESS) {
         int err = errno;
         if (why && whylen)
@@ -434,7 +434,7 @@ int topo_pick_if(const topo_request_t *req, topo_if_t *out, char *why, size_t wh
                      rc == OOBX_ERR_SYSTEM ? strerror(err) : "out of memory");
         return rc;
     }
-    rc = topo_pick_if_from(ifs, n, req, out, why, whylen);
+    rc = oobx__topo_pick_if_from(ifs, n, req, out, why, whylen);
     free(ifs);
     return rc;
 }

@@ -61,7 +61,7 @@ static void topo_report_pick(FILE *out, const char *transport, const topo_reques
         return;
     }
     char why[512];
-    int idx = topo_pick_device(req, names, n, why, sizeof(why));
+    int idx = oobx__topo_pick_device(req, names, n, why, sizeof(why));
     if (idx >= 0)
         fprintf(out, "  %-7s %s\n", transport, why);
     else if (idx == OOBX_ERR_UNAVAILABLE && req->net_device && req->net_device[0])
@@ -94,7 +94,7 @@ static void topo_report_req(FILE *out, const topo_request_t *req)
     topo_dev_t *devs = NULL;
     int ndev = 0;
     char why[512];
-    int rc = topo_rank_devices(req, 0, &devs, &ndev, why, sizeof(why));
+    int rc = oobx__topo_rank_devices(req, 0, &devs, &ndev, why, sizeof(why));
     int ranked = rc == OOBX_SUCCESS;
     fprintf(out, "\ndevices, closest first:\n");
     if (rc != OOBX_SUCCESS) {
@@ -112,29 +112,29 @@ static void topo_report_req(FILE *out, const topo_request_t *req)
             snprintf(pkg, sizeof(pkg), "%d", devs[i].package);
             fprintf(out, "  %-12s %-5s %-13s %-5s %-8s %s\n", devs[i].name, topo_kind_name(devs[i].kind),
                     devs[i].pci[0] ? devs[i].pci : "-", devs[i].numa >= 0 ? numa : "-",
-                    devs[i].package >= 0 ? pkg : "-", topo_closeness_name(devs[i].closeness));
+                    devs[i].package >= 0 ? pkg : "-", oobx__topo_closeness_name(devs[i].closeness));
         }
     }
 
     topo_if_t *ifs = NULL;
     int nif = 0;
     fprintf(out, "\ninterfaces (up, with an address):\n");
-    if (topo_if_list(&ifs, &nif) != OOBX_SUCCESS) {
+    if (oobx__topo_if_list(&ifs, &nif) != OOBX_SUCCESS) {
         fprintf(out, "  cannot list the interfaces\n");
         nif = 0;
     }
     for (int i = 0; i < nif; i++) {
         char addr[INET6_ADDRSTRLEN + TOPO_NAME_MAX + 8];
-        topo_if_format(&ifs[i], addr, sizeof(addr));
+        oobx__topo_if_format(&ifs[i], addr, sizeof(addr));
         fprintf(out, "  %-12s %-44s%s%s%s%s\n", ifs[i].name, addr, ifs[i].loopback ? " loopback" : "",
-                topo_if_is_virtual(ifs[i].name) ? " virtual" : "", ifs[i].linklocal ? " link-local" : "",
+                oobx__topo_if_is_virtual(ifs[i].name) ? " virtual" : "", ifs[i].linklocal ? " link-local" : "",
                 ifs[i].up ? "" : " no-carrier");
     }
     if (nif == 0) fprintf(out, "  (none)\n");
 
     fprintf(out, "\nwhat each transport would pick for this process:\n");
     topo_if_t pick;
-    rc = topo_pick_if_from(ifs, nif, req, &pick, why, sizeof(why));
+    rc = oobx__topo_pick_if_from(ifs, nif, req, &pick, why, sizeof(why));
     fprintf(out, "  %-7s %s%s\n", "socket", rc == OOBX_SUCCESS ? "" : "none: ", why);
     free(ifs);
     int nrdma = 0;
@@ -157,7 +157,7 @@ static void topo_report_req(FILE *out, const topo_request_t *req)
     free(devs);
 }
 
-void topo_report(FILE *out, const topo_request_t *req)
+void oobx__topo_report(FILE *out, const topo_request_t *req)
 {
     if (!out) return;
     if (req) {
@@ -169,7 +169,7 @@ void topo_report(FILE *out, const topo_request_t *req)
         fprintf(out, "out of memory\n");
         return;
     }
-    int rc = oobx_settings_load(s, NULL);
+    int rc = oobx__settings_load(s, NULL);
     if (rc != OOBX_SUCCESS) {
         fprintf(out, "the OOBX_* settings do not parse (%s); fix them first\n", oobx_last_error());
         free(s);

@@ -469,10 +469,10 @@ static void ucx_ring_push(ucx_tp_t *tp)
     ucp_ep_h ep = p->ep;
     while (r->q_head) {
         ucx_sreq_t *s = r->q_head;
-        if (!r->rb.in_msg) ringbuf_tx_msg_begin(&r->rb, &s->hdr);
+        if (!r->rb.in_msg) oobx__ringbuf_tx_msg_begin(&r->rb, &s->hdr);
         ringbuf_chunk_t c;
         ucx_doorbell_t db = {.seq = r->rb.next_seq, .count = 0, .pad = 0};
-        while (ringbuf_tx_next(&r->rb, &c)) {
+        while (oobx__ringbuf_tx_next(&r->rb, &c)) {
             memcpy(r->heads[c.slot], c.head, c.head_len);
             uint64_t dst = r->raddr + c.slot_off;
             if (r->rptr) {
@@ -511,17 +511,17 @@ static int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const 
 {
     ucx_tp_t *tp = (ucx_tp_t *)base;
     if (peer < 0 || peer >= tp->nranks || peer == tp->rank)
-        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: send to rank %d of %d", peer, tp->nranks);
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "ucx: send to rank %d of %d", peer, tp->nranks);
     ucx_peer_t *p = &tp->peers[peer];
     if (p->failed)
-        return oobx_fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+        return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
     if (!p->addr)
-        return oobx_fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
+        return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
     if (tp->rtx.setup && tp->rtx.peer == peer) ucx_ring_activate(tp);
     ucp_ep_h ep = p->failed ? NULL : ucx_peer_ep(tp, peer);
-    if (!ep) return oobx_fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    if (!ep) return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
     ucx_sreq_t *s = ucx_sreq_new(tp, 0);
-    if (!s) return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
+    if (!s) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
     s->req = req;
     s->hdr = *hdr;
     s->payload = payload;
@@ -667,7 +667,7 @@ static void ucx_ring_activate(ucx_tp_t *tp)
     }
     r->heads = calloc(su.slots, sizeof(*r->heads));
     if (!r->heads) goto out;
-    ringbuf_tx_init(&r->rb, su.slots, su.slot_bytes);
+    oobx__ringbuf_tx_init(&r->rb, su.slots, su.slot_bytes);
     r->active = 1;
     OOBX_INFO(tp->log, "ucx: ring link to rank %d writes into its registered ring (%u slots of %u bytes, %s: %s)",
               peer, su.slots, su.slot_bytes, r->rptr ? "mapped" : "ucp_put_nbx", reason);
@@ -733,7 +733,7 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
         }
         for (uint32_t k = 0; k < m.db.count; k++) {
             uint64_t seq = m.db.seq + k;
-            if (ringbuf_rx_chunk(&rx->rb, rx->base, seq, ringbuf_rx_peek_bytes(&rx->rb, rx->base, seq), &ev, why,
+            if (oobx__ringbuf_rx_chunk(&rx->rb, rx->base, seq, oobx__ringbuf_rx_peek_bytes(&rx->rb, rx->base, seq), &ev, why,
                                  sizeof(why))) {
                 ucx_protocol_error(tp, r->peer, why);
                 return;
@@ -758,7 +758,7 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
                 rx->cur = NULL;
             }
             uint64_t credit;
-            if (ringbuf_rx_release(&rx->rb, &credit)) ucx_credit_send(tp, credit);
+            if (oobx__ringbuf_rx_release(&rx->rb, &credit)) ucx_credit_send(tp, credit);
         }
         return;
     }
@@ -767,7 +767,7 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
             ucx_protocol_error(tp, r->peer, "unexpected ring credit");
             return;
         }
-        if (ringbuf_tx_credit(&tp->rtx.rb, m.credit)) {
+        if (oobx__ringbuf_tx_credit(&tp->rtx.rb, m.credit)) {
             ucx_protocol_error(tp, r->peer, "ring credit for chunks never sent");
             return;
         }
@@ -820,7 +820,7 @@ static void ucx_probe(ucx_tp_t *tp)
         void *buf = !r ? NULL : info.length <= sizeof(r->small) ? r->small : malloc(info.length);
         if (!r || !buf) {
             free(r);
-            tp->fatal = oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes",
+            tp->fatal = oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes",
                                   info.length);
             return;
         }
@@ -836,7 +836,7 @@ static void ucx_probe(ucx_tp_t *tp)
         };
         if (bad) {
             /* take it off the queue and drop it; a bogus sender rank cannot be blamed */
-            if (oobx_ratelimit_ok(&tp->rl))
+            if (oobx__ratelimit_ok(&tp->rl))
                 OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes: %s",
                           info.sender_tag, info.length, why);
             prm.op_attr_mask = 0;
@@ -909,7 +909,7 @@ static void ucx_peer_drop(ucx_tp_t *tp, int peer)
 /* Peers on this host: a pid that is gone is a dead peer. */
 static void ucx_watch_pids(ucx_tp_t *tp)
 {
-    uint64_t now = oobx_now_ns();
+    uint64_t now = oobx__now_ns();
     if (now < tp->next_watch_ns) return;
     tp->next_watch_ns = now + (uint64_t)UCX_WATCH_MS * 1000000u;
     for (int i = 0; i < tp->nranks; i++) {
@@ -1009,7 +1009,7 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
     ucs_status_t st = ucp_worker_arm(tp->worker);
     if (st == UCS_ERR_BUSY) return 1;
     if (st != UCS_OK) {
-        tp->fatal = oobx_fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ucp_worker_arm: %s", ucs_status_string(st));
+        tp->fatal = oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ucp_worker_arm: %s", ucs_status_string(st));
         return 1;
     }
     /* a message UCX took in outside progress() (endpoint creation and sends
@@ -1100,14 +1100,14 @@ static int ucx_ring(oobx_tp_t *base, int prev, int next)
     tp->rtx.peer = next;
     if (prev < 0 || prev == tp->rank || tp->ring_mode == UCX_RING_TAG) return 0;
     if (prev >= tp->nranks || !tp->peers[prev].addr)
-        return oobx_fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ring neighbour %d has no address", prev);
+        return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ring neighbour %d has no address", prev);
 
     char why[200];
     uint32_t slots = (uint32_t)tp->settings->ring_slots;
     uint32_t slot_bytes = (uint32_t)tp->settings->ring_slot_bytes;
     if (tp->settings->ring_slots <= 0 || tp->settings->ring_slot_bytes > UINT32_MAX ||
-        ringbuf_geom_check(slots, slot_bytes, why, sizeof(why)))
-        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: %s", why);
+        oobx__ringbuf_geom_check(slots, slot_bytes, why, sizeof(why)))
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "ucx: %s", why);
 
     ucx_ring_rx_t *rx = &tp->rrx;
     rx->size = (size_t)slots * slot_bytes;
@@ -1131,7 +1131,7 @@ static int ucx_ring(oobx_tp_t *base, int prev, int next)
     }
     rx->base = ma.address;
     memset(rx->base, 0, rx->size);
-    ringbuf_rx_init(&rx->rb, slots, slot_bytes, 0);
+    oobx__ringbuf_rx_init(&rx->rb, slots, slot_bytes, 0);
 
     void *rkey = NULL;
     size_t rkey_len = 0;
@@ -1146,7 +1146,7 @@ static int ucx_ring(oobx_tp_t *base, int prev, int next)
     unsigned char *msg = malloc(len);
     if (!msg) {
         ucp_rkey_buffer_release(rkey);
-        return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
+        return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
     }
     ucx_msg_t m = {.type = UCX_T_SETUP, .rkey = rkey,
                    .setup = {.slots = slots, .slot_bytes = slot_bytes, .raddr = (uint64_t)(uintptr_t)rx->base,
@@ -1228,7 +1228,7 @@ static int ucx_rdma_devices(const ucx_dev_t *devs, int n, const char **names, in
 }
 
 /* With several RDMA devices and no choice made by the user, the one closest
- * to this rank (topo_pick_device). Fills dev (or leaves it empty). */
+ * to this rank (oobx__topo_pick_device). Fills dev (or leaves it empty). */
 static void ucx_pick_device(const oobx_settings_t *set, const oobx_log_t *log, char *dev, size_t len)
 {
     dev[0] = '\0';
@@ -1239,7 +1239,7 @@ static void ucx_pick_device(const oobx_settings_t *set, const oobx_log_t *log, c
     if (k < 2) return;
     topo_request_t req = {.pci_target = set->topo_pci[0] ? set->topo_pci : NULL};
     char why[256] = "";
-    int i = topo_pick_device(&req, names, k, why, sizeof(why));
+    int i = oobx__topo_pick_device(&req, names, k, why, sizeof(why));
     if (i < 0 || i >= k) {
         OOBX_INFO(log, "ucx: %d RDMA devices, none picked (%s); UCX chooses", k, why);
         return;
@@ -1330,7 +1330,7 @@ static int ucx_unavailable(const oobx_log_t *log, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    oobx_set_last_error("%s", msg);
+    oobx__set_last_error("%s", msg);
     OOBX_INFO(log, "%s", msg);
     return OOBX_ERR_UNAVAILABLE;
 }
@@ -1339,14 +1339,14 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
 {
     const oobx_settings_t *set = p->settings;
     if (p->nranks < 1 || p->nranks > UCX_RANKS_MAX || p->rank < 0 || p->rank >= p->nranks)
-        return oobx_fail(p->log, OOBX_ERR_INVALID, "ucx: rank %d of %d (at most %d ranks)", p->rank,
+        return oobx__fail(p->log, OOBX_ERR_INVALID, "ucx: rank %d of %d (at most %d ranks)", p->rank,
                          p->nranks, UCX_RANKS_MAX);
     int mode = ucx_parse_ring_mode(set->ucx_ring);
     if (mode < 0)
-        return oobx_fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_UCX_RING=%s; use auto, put or tag",
+        return oobx__fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_UCX_RING=%s; use auto, put or tag",
                          set->ucx_ring);
     ucx_tp_t *tp = calloc(1, sizeof(*tp));
-    if (!tp) return oobx_fail(p->log, OOBX_ERR_NOMEM, "ucx: out of memory");
+    if (!tp) return oobx__fail(p->log, OOBX_ERR_NOMEM, "ucx: out of memory");
     tp->base.ops = &oobx_ucx_ops;
     tp->rank = p->rank;
     tp->nranks = p->nranks;
@@ -1366,7 +1366,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->dirty = calloc((size_t)p->nranks, sizeof(*tp->dirty));
     if (!tp->peers || !tp->dirty) {
         ucx_destroy(&tp->base);
-        return oobx_fail(p->log, OOBX_ERR_NOMEM, "ucx: out of memory for %d peers", p->nranks);
+        return oobx__fail(p->log, OOBX_ERR_NOMEM, "ucx: out of memory for %d peers", p->nranks);
     }
     for (int i = 0; i < p->nranks; i++) {
         tp->peers[i].tp = tp;
@@ -1387,7 +1387,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
         st = ucp_config_modify(cfg, "NET_DEVICES", set->net_device);
         if (st != UCS_OK) {
             ucp_config_release(cfg);
-            rc = oobx_fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_NET_DEVICE=%s refused by UCX: %s",
+            rc = oobx__fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_NET_DEVICE=%s refused by UCX: %s",
                            set->net_device, ucs_status_string(st));
             goto out_destroy;
         }
@@ -1493,7 +1493,7 @@ static int ucx_address(oobx_tp_t *base, void *blob, size_t *len)
     ucx_tp_t *tp = (ucx_tp_t *)base;
     size_t need = sizeof(ucx_blob_hdr_t) + tp->my_addr_len;
     if (*len < need)
-        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: address needs %zu bytes, %zu given", need, *len);
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "ucx: address needs %zu bytes, %zu given", need, *len);
     *len = ucx_card_encode((uint32_t)getpid(), tp->host, tp->my_addr, tp->my_addr_len, blob, *len);
     return 0;
 }
@@ -1504,12 +1504,12 @@ static int ucx_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t len)
     ucx_card_t card;
     char why[200];
     if (peer < 0 || peer >= tp->nranks)
-        return oobx_fail(tp->log, OOBX_ERR_INVALID, "ucx: address for rank %d of %d", peer, tp->nranks);
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "ucx: address for rank %d of %d", peer, tp->nranks);
     int rc = ucx_card_decode(blob, len, &card, why, sizeof(why));
-    if (rc) return oobx_fail(tp->log, rc, "ucx: address of rank %d: %s", peer, why);
+    if (rc) return oobx__fail(tp->log, rc, "ucx: address of rank %d: %s", peer, why);
     ucx_peer_t *p = &tp->peers[peer];
     void *copy = malloc(card.addr_len);
-    if (!copy) return oobx_fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
+    if (!copy) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory");
     memcpy(copy, card.addr, card.addr_len);
     free(p->addr);
     p->addr = copy;
@@ -1532,8 +1532,8 @@ static void ucx_peer_name(oobx_tp_t *base, int peer, char *buf, size_t len)
 static void ucx_wait_req(ucx_tp_t *tp, ucs_status_ptr_t req, int ms)
 {
     if (req == NULL || UCS_PTR_IS_ERR(req)) return;
-    uint64_t deadline = oobx_deadline(ms);
-    while (ucp_request_check_status(req) == UCS_INPROGRESS && oobx_now_ns() < deadline)
+    uint64_t deadline = oobx__deadline(ms);
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && oobx__now_ns() < deadline)
         ucp_worker_progress(tp->worker);
     if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(tp->worker, req);
     ucp_request_free(req);
@@ -1561,8 +1561,8 @@ static void ucx_destroy(oobx_tp_t *base)
     tp->destroying = 1;
     if (tp->worker && tp->peers) {
         /* give sends in flight a short bound to finish */
-        uint64_t deadline = oobx_deadline(200);
-        while (tp->rtx.q_head && oobx_now_ns() < deadline) {
+        uint64_t deadline = oobx__deadline(200);
+        while (tp->rtx.q_head && oobx__now_ns() < deadline) {
             ucp_worker_progress(tp->worker);
             ucx_probe(tp);
             while (tp->ndirty > 0) {
@@ -1579,9 +1579,9 @@ static void ucx_destroy(oobx_tp_t *base)
         }
         /* let connection set-up messages that peers are waiting for go out
          * (UCX 1.13 cannot drop a pending wireup reply at worker destroy) */
-        uint64_t quiet_deadline = oobx_deadline(UCX_QUIESCE_MS);
+        uint64_t quiet_deadline = oobx__deadline(UCX_QUIESCE_MS);
         int idle = 0;
-        while (idle < 20 && oobx_now_ns() < quiet_deadline) {
+        while (idle < 20 && oobx__now_ns() < quiet_deadline) {
             if (ucp_worker_progress(tp->worker))
                 idle = 0;
             else
@@ -1607,9 +1607,9 @@ static void ucx_destroy(oobx_tp_t *base)
                     ucx_wait_req(tp, req, 100);
             }
         }
-        uint64_t close_deadline = oobx_deadline(UCX_CLOSE_MS);
+        uint64_t close_deadline = oobx__deadline(UCX_CLOSE_MS);
         for (int i = 0; i < nclosing; i++) {
-            while (ucp_request_check_status(closing[i]) == UCS_INPROGRESS && oobx_now_ns() < close_deadline)
+            while (ucp_request_check_status(closing[i]) == UCS_INPROGRESS && oobx__now_ns() < close_deadline)
                 ucp_worker_progress(tp->worker);
             if (ucp_request_check_status(closing[i]) == UCS_INPROGRESS) ucp_request_cancel(tp->worker, closing[i]);
             ucp_request_free(closing[i]);

@@ -153,7 +153,7 @@ int ucx_msg_decode(int type, const void *buf, size_t len, int src, ucx_msg_t *m,
         if (v.setup.rkey_len != len - sizeof(v.setup)) return ucx_bad(why, whylen, "ring setup of the wrong size");
         /* ucp_ep_rkey_unpack takes no length: an empty key would be read past the message */
         if (v.setup.rkey_len == 0) return ucx_bad(why, whylen, "ring setup without a remote key");
-        if (ringbuf_geom_check(v.setup.slots, v.setup.slot_bytes, why, whylen)) return OOBX_ERR_PROTOCOL;
+        if (oobx__ringbuf_geom_check(v.setup.slots, v.setup.slot_bytes, why, whylen)) return OOBX_ERR_PROTOCOL;
         v.rkey = p + sizeof(v.setup);
         break;
     default:

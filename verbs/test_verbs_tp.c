@@ -157,9 +157,9 @@ static void connect_all(node_t *nodes, int n, int ring)
 /* Progresses every node, sleeping on their fds, until done() or the deadline. */
 static int run_until(node_t *nodes, int n, int (*done)(node_t *, int, void *), void *arg, int ms)
 {
-    uint64_t deadline = oobx_deadline(ms);
+    uint64_t deadline = oobx__deadline(ms);
     while (!done(nodes, n, arg)) {
-        if (oobx_now_ns() > deadline) return -1;
+        if (oobx__now_ns() > deadline) return -1;
         struct pollfd fds[NMAX * 4];
         int nfds = 0, busy = 0, timeout = 100;
         for (int i = 0; i < n; i++) assert_int_equal(ops->progress(nodes[i].tp), 0);
@@ -630,15 +630,15 @@ static void test_crossed_retry(void **state)
     assert_int_equal(ops->send(nodes[0].tp, 1, &h, msg, &req[0]), 0);
     h.src = 1;
     assert_int_equal(ops->send(nodes[1].tp, 0, &h, msg, &req[1]), 0);
-    uint64_t t0 = oobx_now_ns();
+    uint64_t t0 = oobx__now_ns();
     assert_int_equal(run_until(nodes, 2, higher_crossed_twice, NULL, 10000), 0);
-    double t1 = (double)(oobx_now_ns() - t0) / 1e9;
+    double t1 = (double)(oobx__now_ns() - t0) / 1e9;
     fprintf(stderr, "  [crossed again after %.2f s]\n", t1);
     assert_true(t1 > 1.5);
     assert_int_equal(nodes[1].failed[0], 0);
     close(lfd); /* the lower rank's attempt fails now */
     assert_int_equal(run_until(nodes, 2, higher_failed, NULL, 10000), 0);
-    fprintf(stderr, "  [settled after %.2f s]\n", (double)(oobx_now_ns() - t0) / 1e9);
+    fprintf(stderr, "  [settled after %.2f s]\n", (double)(oobx__now_ns() - t0) / 1e9);
     assert_int_equal(nodes[0].failed[1], 1);
     assert_int_equal(nodes[1].fail_status[0], OOBX_ERR_REMOTE);
     assert_int_equal(req[1].done, 1);
@@ -704,9 +704,9 @@ static void test_crossed_winner_gone(void **state)
         oobx_msg_hdr_t h = {.ctx = 1, .tag = 1, .len = sizeof(msg), .src = 1, .kind = OOBX_MSG_P2P};
         assert_int_equal(ops->send(nodes[0].tp, 0, &h, msg, &req), 0); /* both connect now */
         pipe_blob_write(to_child[1], nodes[0].tp);
-        uint64_t t0 = oobx_now_ns();
+        uint64_t t0 = oobx__now_ns();
         assert_int_equal(run_until(nodes, 1, first_saw_rank0_fail, NULL, 15000), 0);
-        fprintf(stderr, "  [failure seen after %.2f s]\n", (double)(oobx_now_ns() - t0) / 1e9);
+        fprintf(stderr, "  [failure seen after %.2f s]\n", (double)(oobx__now_ns() - t0) / 1e9);
         assert_int_equal(nodes[0].fail_status[0], OOBX_ERR_REMOTE);
         assert_int_equal(req.done, 1);
         if (bogus) kill(pid, SIGKILL);
@@ -888,10 +888,10 @@ static void test_peer_killed(void **state)
 
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    uint64_t t0 = oobx_now_ns();
+    uint64_t t0 = oobx__now_ns();
     /* the death is seen without sending anything, within 2 s */
     assert_int_equal(run_until(nodes, 2, saw_failure, NULL, 2000), 0);
-    fprintf(stderr, "  [failure seen after %.3f s]\n", (double)(oobx_now_ns() - t0) / 1e9);
+    fprintf(stderr, "  [failure seen after %.3f s]\n", (double)(oobx__now_ns() - t0) / 1e9);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(nodes[i].failed[1], 1);
         assert_int_equal(nodes[i].fail_status[1], OOBX_ERR_REMOTE);
@@ -987,7 +987,7 @@ static void test_create_destroy(void **state)
     alarm(60);
     const size_t sizes[] = {16};
     int fds0 = -1;
-    uint64_t t0 = oobx_now_ns();
+    uint64_t t0 = oobx__now_ns();
     for (int cycle = 0; cycle < 100; cycle++) {
         node_t *nodes = calloc(2, sizeof(node_t));
         node_init(&nodes[0], 0, 2, 1);
@@ -995,9 +995,9 @@ static void test_create_destroy(void **state)
         connect_all(nodes, 2, cycle % 2);
         exchange(nodes, 2, cycle % 2, 1 - cycle % 2, sizes, 1);
         for (int i = 0; i < 2; i++) {
-            uint64_t d0 = oobx_now_ns();
+            uint64_t d0 = oobx__now_ns();
             node_fini(&nodes[i]);
-            double ms = (double)(oobx_now_ns() - d0) / 1e6;
+            double ms = (double)(oobx__now_ns() - d0) / 1e6;
             if (ms >= 500) fprintf(stderr, "  [destroy took %.1f ms]\n", ms);
             assert_true(ms < 500);
         }
@@ -1005,7 +1005,7 @@ static void test_create_destroy(void **state)
         if (cycle == 1) fds0 = count_fds(); /* after the emulation's own start-up */
     }
     int fds1 = count_fds();
-    fprintf(stderr, "  [100 cycles in %.2f s, fds %d -> %d]\n", (double)(oobx_now_ns() - t0) / 1e9, fds0, fds1);
+    fprintf(stderr, "  [100 cycles in %.2f s, fds %d -> %d]\n", (double)(oobx__now_ns() - t0) / 1e9, fds0, fds1);
     assert_int_equal(fds1, fds0);
     alarm(0);
 }

@@ -264,9 +264,9 @@ static void verbs_issue_reads(verbs_tp_t *tp, verbs_peer_t *p, verbs_conn_t *c)
  * when s is fully issued. */
 static int verbs_ring_push(verbs_tp_t *tp, verbs_peer_t *p, verbs_conn_t *c, verbs_send_t *s)
 {
-    if (!tp->trb.in_msg) ringbuf_tx_msg_begin(&tp->trb, &s->hdr);
+    if (!tp->trb.in_msg) oobx__ringbuf_tx_msg_begin(&tp->trb, &s->hdr);
     ringbuf_chunk_t ch;
-    while (verbs_can_post(c, 1 + VERBS_CREDIT_RESERVE) && ringbuf_tx_next(&tp->trb, &ch)) {
+    while (verbs_can_post(c, 1 + VERBS_CREDIT_RESERVE) && oobx__ringbuf_tx_next(&tp->trb, &ch)) {
         if (verbs_post_chunk(tp, c, s, &ch)) return 0;
         if (ch.last) {
             p->sq_head = s->next;
@@ -396,8 +396,8 @@ static void verbs_on_ring_chunk(verbs_tp_t *tp, int peer, uint32_t imm)
     }
     ringbuf_rx_ev_t ev;
     tp->st.ring_chunks_rx++;
-    uint32_t bytes = ringbuf_rx_peek_bytes(&tp->rrb, tp->rx_base, seq);
-    if (ringbuf_rx_chunk(&tp->rrb, tp->rx_base, seq, bytes, &ev, why, sizeof(why))) {
+    uint32_t bytes = oobx__ringbuf_rx_peek_bytes(&tp->rrb, tp->rx_base, seq);
+    if (oobx__ringbuf_rx_chunk(&tp->rrb, tp->rx_base, seq, bytes, &ev, why, sizeof(why))) {
         verbs_protocol_error(tp, peer, why);
         return;
     }
@@ -423,7 +423,7 @@ static void verbs_on_ring_chunk(verbs_tp_t *tp, int peer, uint32_t imm)
         verbs_peer_drain(tp, peer);
     }
     uint64_t credit;
-    if (ringbuf_rx_release(&tp->rrb, &credit)) {
+    if (oobx__ringbuf_rx_release(&tp->rrb, &credit)) {
         tp->peers[peer].ring_credit = credit;
         tp->peers[peer].ring_credit_due = 1;
     }
@@ -500,7 +500,7 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
         }
         tp->tx_raddr = m.setup.addr;
         tp->tx_rkey = m.setup.rkey;
-        ringbuf_tx_init(&tp->trb, m.setup.slots, m.setup.slot_bytes);
+        oobx__ringbuf_tx_init(&tp->trb, m.setup.slots, m.setup.slot_bytes);
         tp->tx_active = 1;
         OOBX_INFO(tp->log, "verbs: ring link to %s: RDMA WRITE WITH IMMEDIATE into its ring of %u slots of %u bytes",
                   verbs_who(tp, peer, who, sizeof(who)), m.setup.slots, m.setup.slot_bytes);
@@ -510,7 +510,7 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
             verbs_protocol_error(tp, peer, "unexpected ring credit");
             return;
         }
-        if (ringbuf_tx_credit(&tp->trb, m.value)) verbs_protocol_error(tp, peer, "ring credit for chunks never sent");
+        if (oobx__ringbuf_tx_credit(&tp->trb, m.value)) verbs_protocol_error(tp, peer, "ring credit for chunks never sent");
         return;
     default:
         return; /* verbs_msg_decode knows every type */
@@ -602,7 +602,7 @@ void verbs_poll_cq(verbs_tp_t *tp, int rounds)
     for (int r = 0; r < rounds; r++) {
         int n = ibv_poll_cq(tp->cq, VERBS_STASH, wc);
         if (n < 0) {
-            tp->fatal = oobx_fail(tp->log, OOBX_ERR_SYSTEM, "verbs: ibv_poll_cq failed on device %s", tp->dev);
+            tp->fatal = oobx__fail(tp->log, OOBX_ERR_SYSTEM, "verbs: ibv_poll_cq failed on device %s", tp->dev);
             return;
         }
         for (int i = 0; i < n; i++) verbs_on_wc(tp, &wc[i]);
@@ -713,7 +713,7 @@ static int verbs_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int 
         }
     }
     if (ibv_req_notify_cq(tp->cq, 0)) {
-        tp->fatal = oobx_fail(tp->log, OOBX_ERR_SYSTEM, "verbs: ibv_req_notify_cq on device %s failed", tp->dev);
+        tp->fatal = oobx__fail(tp->log, OOBX_ERR_SYSTEM, "verbs: ibv_req_notify_cq on device %s failed", tp->dev);
         return 1;
     }
     /* a completion that came between the last poll and the arming raises no event */
@@ -727,7 +727,7 @@ static int verbs_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int 
         uint64_t first = UINT64_MAX;
         for (int i = 0; i < tp->nranks; i++)
             if (tp->peers[i].crossed && tp->peers[i].crossed_deadline < first) first = tp->peers[i].crossed_deadline;
-        int left = oobx_ms_left(first, VERBS_CROSSED_MS) + 1;
+        int left = oobx__ms_left(first, VERBS_CROSSED_MS) + 1;
         if (*timeout_ms < 0 || *timeout_ms > left) *timeout_ms = left;
     }
     fds[0].fd = tp->ch->fd;
@@ -745,13 +745,13 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
     verbs_tp_t *tp = (verbs_tp_t *)base;
     char who[128];
     if (peer < 0 || peer >= tp->nranks || peer == tp->rank)
-        return oobx_fail(tp->log, OOBX_ERR_INVALID, "verbs: send to rank %d of %d", peer, tp->nranks);
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "verbs: send to rank %d of %d", peer, tp->nranks);
     verbs_peer_t *p = &tp->peers[peer];
-    if (p->failed) return oobx_fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    if (p->failed) return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
     if (!p->have_addr && !p->conn)
-        return oobx_fail(tp->log, OOBX_ERR_INTERNAL, "verbs: send to rank %d before its address", peer);
+        return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "verbs: send to rank %d before its address", peer);
     verbs_send_t *s = calloc(1, sizeof(*s));
-    if (!s) return oobx_fail(tp->log, OOBX_ERR_NOMEM, "verbs: out of memory sending to rank %d", peer);
+    if (!s) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "verbs: out of memory sending to rank %d", peer);
     s->req = req;
     s->hdr = *hdr;
     s->payload = payload;
@@ -784,7 +784,7 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
             int e = errno;
             free(s->own);
             free(s);
-            return oobx_fail(tp->log, OOBX_ERR_NOMEM,
+            return oobx__fail(tp->log, OOBX_ERR_NOMEM,
                              "verbs: cannot register the %zu-byte payload of a message to %s on device %s: %s "
                              "(locked memory limit? ulimit -l)",
                              len, verbs_who(tp, peer, who, sizeof(who)), tp->dev, strerror(e));
@@ -813,12 +813,12 @@ static int verbs_ring(oobx_tp_t *base, int prev, int next)
     if (tp->rx_peer >= 0 && !tp->rx_base) {
         const oobx_settings_t *s = tp->settings;
         uint32_t slots = (uint32_t)s->ring_slots, slot_bytes = (uint32_t)s->ring_slot_bytes;
-        if (s->ring_slots <= 0 || s->ring_slot_bytes > UINT32_MAX || ringbuf_geom_check(slots, slot_bytes, why, sizeof(why)))
-            return oobx_fail(tp->log, OOBX_ERR_INVALID, "verbs: %s", why);
+        if (s->ring_slots <= 0 || s->ring_slot_bytes > UINT32_MAX || oobx__ringbuf_geom_check(slots, slot_bytes, why, sizeof(why)))
+            return oobx__fail(tp->log, OOBX_ERR_INVALID, "verbs: %s", why);
         tp->rx_size = (size_t)slots * slot_bytes;
         if (posix_memalign(&tp->rx_base, 4096, tp->rx_size)) {
             tp->rx_base = NULL;
-            return oobx_fail(tp->log, OOBX_ERR_NOMEM, "verbs: out of memory for a %zu-byte ring buffer", tp->rx_size);
+            return oobx__fail(tp->log, OOBX_ERR_NOMEM, "verbs: out of memory for a %zu-byte ring buffer", tp->rx_size);
         }
         memset(tp->rx_base, 0, tp->rx_size);
         tp->rx_mr = ibv_reg_mr(tp->pd, tp->rx_base, tp->rx_size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -828,7 +828,7 @@ static int verbs_ring(oobx_tp_t *base, int prev, int next)
             free(tp->rx_base);
             tp->rx_base = NULL;
         } else {
-            ringbuf_rx_init(&tp->rrb, slots, slot_bytes, 0);
+            oobx__ringbuf_rx_init(&tp->rrb, slots, slot_bytes, 0);
             verbs_setup_t su = {.addr = (uintptr_t)tp->rx_base, .rkey = tp->rx_mr->rkey, .slots = slots,
                                 .slot_bytes = slot_bytes};
             verbs_ctrl_queue(tp, tp->rx_peer, VERBS_T_SETUP, &su, sizeof(su));
@@ -847,7 +847,7 @@ static int verbs_address(oobx_tp_t *base, void *blob, size_t *len)
     verbs_tp_t *tp = (verbs_tp_t *)base;
     size_t need = sizeof(verbs_blob_t) + strlen(tp->dev);
     if (*len < need)
-        return oobx_fail(tp->log, OOBX_ERR_INVALID, "verbs: address needs %zu bytes, %zu given", need, *len);
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "verbs: address needs %zu bytes, %zu given", need, *len);
     *len = verbs_card_encode(tp->host_id, (uint32_t)getpid(), &tp->my_addr, tp->dev, blob, *len);
     return 0;
 }
@@ -858,9 +858,9 @@ static int verbs_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t le
     verbs_card_t card;
     char why[256];
     if (peer < 0 || peer >= tp->nranks)
-        return oobx_fail(tp->log, OOBX_ERR_INVALID, "verbs: address for rank %d of %d", peer, tp->nranks);
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "verbs: address for rank %d of %d", peer, tp->nranks);
     int rc = verbs_card_decode(blob, len, &card, why, sizeof(why));
-    if (rc) return oobx_fail(tp->log, rc, "verbs: address of rank %d: %s", peer, why);
+    if (rc) return oobx__fail(tp->log, rc, "verbs: address of rank %d: %s", peer, why);
     verbs_peer_t *p = &tp->peers[peer];
     memcpy(&p->addr, &card.addr, sizeof(p->addr));
     snprintf(p->dev, sizeof(p->dev), "%s", card.dev);
@@ -890,7 +890,7 @@ static int verbs_unavailable(const oobx_log_t *log, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    oobx_set_last_error("%s", msg);
+    oobx__set_last_error("%s", msg);
     OOBX_INFO(log, "%s", msg);
     return OOBX_ERR_UNAVAILABLE;
 }
@@ -904,10 +904,10 @@ static int verbs_nonblock(int fd)
 static int verbs_create(const oobx_tp_params_t *p, oobx_tp_t **out)
 {
     if (p->nranks < 1 || p->nranks > VERBS_PEER_MAX || p->rank < 0 || p->rank >= p->nranks)
-        return oobx_fail(p->log, OOBX_ERR_INVALID, "verbs: rank %d of %d (at most %d ranks)", p->rank, p->nranks,
+        return oobx__fail(p->log, OOBX_ERR_INVALID, "verbs: rank %d of %d (at most %d ranks)", p->rank, p->nranks,
                          VERBS_PEER_MAX);
     verbs_tp_t *tp = calloc(1, sizeof(*tp));
-    if (!tp) return oobx_fail(p->log, OOBX_ERR_NOMEM, "verbs: out of memory");
+    if (!tp) return oobx__fail(p->log, OOBX_ERR_NOMEM, "verbs: out of memory");
     tp->base.ops = &oobx_verbs_ops;
     tp->rank = p->rank;
     tp->nranks = p->nranks;
@@ -920,11 +920,11 @@ static int verbs_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->dirty = calloc((size_t)p->nranks, sizeof(*tp->dirty));
     if (!tp->peers || !tp->dirty) {
         verbs_destroy(&tp->base);
-        return oobx_fail(p->log, OOBX_ERR_NOMEM, "verbs: out of memory for %d peers", p->nranks);
+        return oobx__fail(p->log, OOBX_ERR_NOMEM, "verbs: out of memory for %d peers", p->nranks);
     }
     char host[256] = "";
     gethostname(host, sizeof(host) - 1);
-    tp->host_id = oobx_hash64(host, strlen(host), 0);
+    tp->host_id = oobx__hash64(host, strlen(host), 0);
 
     int rc;
     char why[768];
@@ -932,7 +932,7 @@ static int verbs_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     rc = verbs_choose(p->settings, p->root_hint, p->root_hint_len, &ch, why, sizeof(why));
     if (rc != 0) {
         rc = rc == OOBX_ERR_UNAVAILABLE ? verbs_unavailable(p->log, "verbs: %s", why)
-                                        : oobx_fail(p->log, rc, "verbs: %s", why);
+                                        : oobx__fail(p->log, rc, "verbs: %s", why);
         goto out_destroy;
     }
     snprintf(tp->dev, sizeof(tp->dev), "%s", ch.dev);
@@ -1066,8 +1066,8 @@ static void verbs_destroy(oobx_tp_t *base)
     tp->destroying = 1;
     if (tp->cq && tp->peers) {
         /* queued sends get a short bound to go out (nothing reaches the core now) */
-        uint64_t deadline = oobx_deadline(VERBS_FLUSH_MS);
-        while (!tp->fatal && verbs_busy(tp) && oobx_now_ns() < deadline) {
+        uint64_t deadline = oobx__deadline(VERBS_FLUSH_MS);
+        while (!tp->fatal && verbs_busy(tp) && oobx__now_ns() < deadline) {
             verbs_progress_inner(tp);
             struct pollfd fds[2];
             int nfds = 0, timeout = 10;

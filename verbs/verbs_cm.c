@@ -171,7 +171,7 @@ static void verbs_on_connect_request(verbs_tp_t *tp, struct rdma_cm_id *id, cons
         snprintf(why, sizeof(why), "this rank is leaving");
     }
     if (code) {
-        if (oobx_ratelimit_ok(&tp->rl))
+        if (oobx__ratelimit_ok(&tp->rl))
             OOBX_WARN(tp->log, "verbs: rejected a connection from %s on device %s: %s (%s)", from, tp->dev,
                       verbs_reject_str(code), why);
         verbs_reject(tp, id, code);
@@ -233,7 +233,7 @@ static void verbs_cm_event(verbs_tp_t *tp, int type, int status, struct rdma_cm_
     verbs_conn_t *c = id ? id->context : NULL;
     char who[128], why[256];
     if (type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-        tp->fatal = oobx_fail(tp->log, OOBX_ERR_SYSTEM, "verbs: device %s was removed", tp->dev);
+        tp->fatal = oobx__fail(tp->log, OOBX_ERR_SYSTEM, "verbs: device %s was removed", tp->dev);
         return;
     }
     if (!c) return; /* listener events other than requests */
@@ -286,7 +286,7 @@ static void verbs_cm_event(verbs_tp_t *tp, int type, int status, struct rdma_cm_
                 verbs_conn_free(tp, c, 0);
                 if (!p->crossed) tp->ncrossed++;
                 p->crossed = 1;
-                p->crossed_deadline = oobx_deadline(VERBS_CROSSED_MS);
+                p->crossed_deadline = oobx__deadline(VERBS_CROSSED_MS);
                 tp->st.crossed++;
                 return;
             }
@@ -324,7 +324,7 @@ void verbs_cm_poll(verbs_tp_t *tp)
         struct rdma_cm_event *ev = NULL;
         if (rdma_get_cm_event(tp->ec, &ev)) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                tp->fatal = oobx_fail(tp->log, OOBX_ERR_SYSTEM, "verbs: rdma_get_cm_event on device %s: %s", tp->dev,
+                tp->fatal = oobx__fail(tp->log, OOBX_ERR_SYSTEM, "verbs: rdma_get_cm_event on device %s: %s", tp->dev,
                                       strerror(errno));
             return;
         }
@@ -349,7 +349,7 @@ void verbs_cm_poll(verbs_tp_t *tp)
  * before connecting): connect again; its answer settles it. */
 void verbs_crossed_check(verbs_tp_t *tp)
 {
-    uint64_t now = oobx_now_ns();
+    uint64_t now = oobx__now_ns();
     for (int i = 0; i < tp->nranks && tp->ncrossed > 0; i++) {
         verbs_peer_t *p = &tp->peers[i];
         if (!p->crossed || now < p->crossed_deadline) continue;

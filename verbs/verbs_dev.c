@@ -3,7 +3,7 @@
  * oobx_verbs_describe() for `oobx-info -u`.
  *
  * The device is the one OOBX_NET_DEVICE names ("mlx5_0" or "mlx5_0:1"), else
- * the one topo_pick_device() ranks closest to the rank (OOBX_TOPO_PCI, else
+ * the one oobx__topo_pick_device() ranks closest to the rank (OOBX_TOPO_PCI, else
  * the calling thread's binding). rdma_cm binds to an IP address, and the
  * address decides the device: so the address is one of the chosen device's
  * own network interfaces (sysfs device/net, filtered by OOBX_SOCKET_IFNAME
@@ -99,19 +99,19 @@ static int verbs_dev_ip(const oobx_settings_t *s, const char *dev, int port, ver
     if (nnd == 0) return 0;
     topo_if_t *ifs = NULL;
     int nifs = 0;
-    if (topo_if_list(&ifs, &nifs) != 0) return 0;
+    if (oobx__topo_if_list(&ifs, &nifs) != 0) return 0;
     int found = 0;
     for (int i = 0; i < nifs && !found; i++) {
         const topo_if_t *f = &ifs[i];
         int mine = 0;
         for (int k = 0; k < nnd; k++) mine |= strcmp(f->name, nd[k]) == 0;
-        if (!mine || !topo_ifname_match(s->socket_ifname, f->name)) continue;
+        if (!mine || !oobx__topo_ifname_match(s->socket_ifname, f->name)) continue;
         if (s->socket_family != AF_UNSPEC && f->family != s->socket_family) continue;
         if (f->linklocal && !s->socket_linklocal) continue;
         memcpy(&out->addr, &f->addr, f->addrlen);
         out->addrlen = f->addrlen;
         char a[96];
-        topo_if_format(f, a, sizeof(a));
+        oobx__topo_if_format(f, a, sizeof(a));
         snprintf(out->why_ip, sizeof(out->why_ip), "%s %s: an interface of %s", f->name, a, dev);
         found = 1;
     }
@@ -150,12 +150,12 @@ int verbs_choose(const oobx_settings_t *s, const void *root_hint, unsigned root_
         .net_device = s->net_device[0] ? s->net_device : NULL,
     };
     char pwhy[512] = "";
-    int idx = topo_pick_device(&req, names, ndev, pwhy, sizeof(pwhy));
+    int idx = oobx__topo_pick_device(&req, names, ndev, pwhy, sizeof(pwhy));
     if (idx < 0 || idx >= ndev) {
         int rc = idx < 0 ? idx : OOBX_ERR_INTERNAL;
         if (s->net_device[0]) {
             char all[512] = "";
-            for (int i = 0; i < ndev; i++) topo_appendf(all, sizeof(all), "%s%s", i ? ", " : "", names[i]);
+            for (int i = 0; i < ndev; i++) oobx__topo_appendf(all, sizeof(all), "%s%s", i ? ", " : "", names[i]);
             snprintf(why, whylen, "OOBX_NET_DEVICE=%s names no RDMA device here (found: %s)", s->net_device, all);
             rc = OOBX_ERR_UNAVAILABLE;
         } else {
@@ -183,7 +183,7 @@ int verbs_choose(const oobx_settings_t *s, const void *root_hint, unsigned root_
     };
     topo_if_t ifc;
     char iwhy[400] = "";
-    int rc = topo_pick_if(&ireq, &ifc, iwhy, sizeof(iwhy));
+    int rc = oobx__topo_pick_if(&ireq, &ifc, iwhy, sizeof(iwhy));
     if (rc != 0) {
         snprintf(why, whylen, "device %s has no network interface of its own and no interface qualifies: %s",
                  out->dev, iwhy);

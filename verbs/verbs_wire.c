@@ -208,7 +208,7 @@ int verbs_msg_decode(const void *buf, size_t len, int src, verbs_msg_t *m, char 
             return OOBX_ERR_PROTOCOL;
         }
         memcpy(&v.setup, body, sizeof(v.setup));
-        if (ringbuf_geom_check(v.setup.slots, v.setup.slot_bytes, why, whylen)) return OOBX_ERR_PROTOCOL;
+        if (oobx__ringbuf_geom_check(v.setup.slots, v.setup.slot_bytes, why, whylen)) return OOBX_ERR_PROTOCOL;
         break;
     case VERBS_T_RCREDIT:
         if (blen != sizeof(v.value)) {

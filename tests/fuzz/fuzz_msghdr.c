@@ -1,4 +1,4 @@
-/* Fuzz target: the header of every message on a socket (oobx_msghdr_decode). */
+/* Fuzz target: the header of every message on a socket (oobx__msghdr_decode). */
 #include "fuzz.h"
 #include "wire.h"
 
@@ -7,7 +7,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     oobx_msg_hdr_t h;
     char why[FUZZ_WHY_BYTES];
     memset(why, 0, sizeof why);
-    int rc = oobx_msghdr_decode(data, size, &h, why, sizeof why);
+    int rc = oobx__msghdr_decode(data, size, &h, why, sizeof why);
     fuzz_check_why(why, rc, "message header");
     if (rc == 0) {
         FUZZ_ASSERT(size >= OOBX_MSGHDR_BYTES, "accepted a header of %zu bytes", size);
@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(h.len <= OOBX_MSG_MAX_LEN, "len %llu", (unsigned long long)h.len);
         FUZZ_ASSERT(h.src >= 0, "src %d", h.src);
         unsigned char out[OOBX_MSGHDR_BYTES];
-        oobx_msghdr_encode(&h, out);
+        oobx__msghdr_encode(&h, out);
         FUZZ_ASSERT(memcmp(out, data, OOBX_MSGHDR_BYTES) == 0, "header does not survive decode and encode");
     } else {
         FUZZ_ASSERT(rc == OOBX_ERR_PROTOCOL || rc == OOBX_ERR_MISMATCH, "unexpected code %d", rc);

@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the ring-buffer receiver (ringbuf_rx_chunk) fed with garbage
+ * Fuzz target: the ring-buffer receiver (oobx__ringbuf_rx_chunk) fed with garbage
  * slots and doorbells. Input: byte 0 picks the slot count (2..16), byte 1 the
  * slot size (64..1040 bytes); then records of
  *   u8 op (bit 0: release after a good chunk), u8 seq delta (0: the expected
@@ -17,13 +17,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t slots = 2u + data[0] % 15u;
     uint32_t slot_bytes = 64u + (data[1] % 125u) * 8u;
     char why[FUZZ_WHY_BYTES];
-    if (ringbuf_geom_check(slots, slot_bytes, why, sizeof why) != 0) return 0;
+    if (oobx__ringbuf_geom_check(slots, slot_bytes, why, sizeof why) != 0) return 0;
     size_t ring_bytes = (size_t)slots * slot_bytes;
     unsigned char *ring = malloc(ring_bytes); /* exact size: ASan sees any read past it */
     if (!ring) return 0;
     memset(ring, 0, ring_bytes);
     ringbuf_rx_t rx;
-    ringbuf_rx_init(&rx, slots, slot_bytes, 0);
+    oobx__ringbuf_rx_init(&rx, slots, slot_bytes, 0);
     size_t off = 2;
     while (off + 6 <= size) {
         unsigned op = data[off], delta = data[off + 1];
@@ -32,14 +32,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         off += 6;
         if (n > size - off) n = size - off;
         uint64_t seq = delta == 0 ? rx.next_seq : rx.next_seq + delta - 128u;
-        uint64_t slot_off = ringbuf_slot_off(slots, slot_bytes, seq);
+        uint64_t slot_off = oobx__ringbuf_slot_off(slots, slot_bytes, seq);
         FUZZ_ASSERT(slot_off + slot_bytes <= ring_bytes, "slot offset %llu outside the ring",
                     (unsigned long long)slot_off);
         memcpy(ring + slot_off, data + off, n < slot_bytes ? n : slot_bytes);
         off += n;
         ringbuf_rx_ev_t ev;
         memset(why, 0, sizeof why);
-        int rc = ringbuf_rx_chunk(&rx, ring, seq, bytes, &ev, why, sizeof why);
+        int rc = oobx__ringbuf_rx_chunk(&rx, ring, seq, bytes, &ev, why, sizeof why);
         fuzz_check_why(why, rc, "ring chunk");
         if (rc != 0) {
             FUZZ_ASSERT(rc == OOBX_ERR_PROTOCOL, "unexpected code %d", rc);
@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (op & 1) {
             uint64_t credit;
-            (void)ringbuf_rx_release(&rx, &credit);
+            (void)oobx__ringbuf_rx_release(&rx, &credit);
         }
     }
     free(ring);

@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case UCX_T_CREDIT: break;
     case UCX_T_SETUP: {
         char w2[FUZZ_WHY_BYTES];
-        FUZZ_ASSERT(ringbuf_geom_check(m.setup.slots, m.setup.slot_bytes, w2, sizeof w2) == 0,
+        FUZZ_ASSERT(oobx__ringbuf_geom_check(m.setup.slots, m.setup.slot_bytes, w2, sizeof w2) == 0,
                     "accepted a ring of %u slots of %u bytes", m.setup.slots, m.setup.slot_bytes);
         FUZZ_ASSERT(m.setup.rkey_len > 0 && m.rkey == buf + sizeof(ucx_setup_t) && m.rkey + m.setup.rkey_len == buf + len,
                     "key of %u bytes outside the %zu-byte setup", m.setup.rkey_len, len);

@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case VERBS_T_SETUP: {
         char w2[FUZZ_WHY_BYTES];
-        FUZZ_ASSERT(ringbuf_geom_check(m.setup.slots, m.setup.slot_bytes, w2, sizeof w2) == 0,
+        FUZZ_ASSERT(oobx__ringbuf_geom_check(m.setup.slots, m.setup.slot_bytes, w2, sizeof w2) == 0,
                     "accepted a ring of %u slots of %u bytes", m.setup.slots, m.setup.slot_bytes);
         break;
     }

@@ -28,8 +28,8 @@ static link_t *link_new(uint32_t slots, uint32_t slot_bytes, uint32_t batch)
     assert_non_null(l);
     l->ring = calloc(slots, slot_bytes);
     assert_non_null(l->ring);
-    ringbuf_tx_init(&l->tx, slots, slot_bytes);
-    ringbuf_rx_init(&l->rx, slots, slot_bytes, batch);
+    oobx__ringbuf_tx_init(&l->tx, slots, slot_bytes);
+    oobx__ringbuf_rx_init(&l->rx, slots, slot_bytes, batch);
     return l;
 }
 
@@ -44,7 +44,7 @@ static int link_write(link_t *l, const unsigned char *payload)
 {
     ringbuf_chunk_t c;
     int n = 0;
-    while (ringbuf_tx_next(&l->tx, &c)) {
+    while (oobx__ringbuf_tx_next(&l->tx, &c)) {
         memcpy(l->ring + c.slot_off, c.head, c.head_len);
         if (c.pay_len) memcpy(l->ring + c.slot_off + c.head_len, payload + c.pay_off, c.pay_len);
         l->db_seq[l->db_tail % RINGBUF_SLOTS_MAX] = c.seq;
@@ -63,8 +63,8 @@ static int link_read(link_t *l, unsigned char *dst, size_t cap, oobx_msg_hdr_t *
         ringbuf_rx_ev_t ev;
         char why[200];
         unsigned i = l->db_head % RINGBUF_SLOTS_MAX;
-        int rc = ringbuf_rx_chunk(&l->rx, l->ring, l->db_seq[i], l->db_bytes[i], &ev, why, sizeof(why));
-        if (rc) fail_msg("ringbuf_rx_chunk: %s", why);
+        int rc = oobx__ringbuf_rx_chunk(&l->rx, l->ring, l->db_seq[i], l->db_bytes[i], &ev, why, sizeof(why));
+        if (rc) fail_msg("oobx__ringbuf_rx_chunk: %s", why);
         l->db_head++;
         assert_true(ev.off + ev.len <= cap);
         if (ev.len) memcpy(dst + ev.off, ev.data, ev.len);
@@ -73,8 +73,8 @@ static int link_read(link_t *l, unsigned char *dst, size_t cap, oobx_msg_hdr_t *
             if (last_hdr) *last_hdr = ev.hdr;
         }
         uint64_t credit;
-        if (ringbuf_rx_release(&l->rx, &credit)) {
-            assert_int_equal(ringbuf_tx_credit(&l->tx, credit), 0);
+        if (oobx__ringbuf_rx_release(&l->rx, &credit)) {
+            assert_int_equal(oobx__ringbuf_tx_credit(&l->tx, credit), 0);
             l->credits_sent++;
         }
     }
@@ -101,7 +101,7 @@ static void send_one(link_t *l, size_t len, uint64_t tag)
     fill(src, len, (unsigned)tag);
     memset(dst, 0xee, len + 1);
     oobx_msg_hdr_t h = mkhdr(len, tag), got;
-    assert_int_equal(ringbuf_tx_msg_begin(&l->tx, &h), 0);
+    assert_int_equal(oobx__ringbuf_tx_msg_begin(&l->tx, &h), 0);
     int done = 0, rounds = 0;
     while (!done) {
         link_write(l, src);
@@ -122,18 +122,18 @@ static void test_geometry(void **state)
 {
     (void)state;
     char why[200];
-    assert_int_equal(ringbuf_geom_check(16, 65536, why, sizeof(why)), 0);
-    assert_int_equal(ringbuf_geom_check(1, 65536, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__ringbuf_geom_check(16, 65536, why, sizeof(why)), 0);
+    assert_int_equal(oobx__ringbuf_geom_check(1, 65536, why, sizeof(why)), OOBX_ERR_INVALID);
     assert_non_null(strstr(why, "OOBX_RING_SLOTS"));
-    assert_int_equal(ringbuf_geom_check(16, 60, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__ringbuf_geom_check(16, 60, why, sizeof(why)), OOBX_ERR_INVALID);
     assert_non_null(strstr(why, "OOBX_RING_SLOT_BYTES"));
-    assert_int_equal(ringbuf_geom_check(16, 1001, why, sizeof(why)), OOBX_ERR_INVALID);
-    assert_int_equal(ringbuf_geom_check(4096, 64u << 20, why, sizeof(why)), OOBX_ERR_INVALID);
-    assert_int_equal(ringbuf_msg_chunks(64, 0), 1);
-    assert_int_equal(ringbuf_msg_chunks(64, 16), 1);
-    assert_int_equal(ringbuf_msg_chunks(64, 17), 2);
-    assert_int_equal(ringbuf_msg_chunks(64, 16 + 48), 2);
-    assert_int_equal(ringbuf_msg_chunks(64, 16 + 49), 3);
+    assert_int_equal(oobx__ringbuf_geom_check(16, 1001, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__ringbuf_geom_check(4096, 64u << 20, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__ringbuf_msg_chunks(64, 0), 1);
+    assert_int_equal(oobx__ringbuf_msg_chunks(64, 16), 1);
+    assert_int_equal(oobx__ringbuf_msg_chunks(64, 17), 2);
+    assert_int_equal(oobx__ringbuf_msg_chunks(64, 16 + 48), 2);
+    assert_int_equal(oobx__ringbuf_msg_chunks(64, 16 + 49), 3);
 }
 
 static void test_zero_length(void **state)
@@ -153,7 +153,7 @@ static void test_sizes_that_do_not_divide_the_slot(void **state)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         uint64_t before = l->tx.next_seq;
         send_one(l, sizes[i], 100 + i);
-        assert_int_equal(l->tx.next_seq - before, ringbuf_msg_chunks(128, sizes[i]));
+        assert_int_equal(l->tx.next_seq - before, oobx__ringbuf_msg_chunks(128, sizes[i]));
     }
     link_free(l);
 }
@@ -176,28 +176,28 @@ static void test_credits_exhausted(void **state)
     unsigned char src[1000], dst[1000];
     fill(src, sizeof(src), 9);
     oobx_msg_hdr_t h = mkhdr(sizeof(src), 77);
-    assert_int_equal(ringbuf_tx_msg_begin(&l->tx, &h), 0);
+    assert_int_equal(oobx__ringbuf_tx_msg_begin(&l->tx, &h), 0);
     /* a second message cannot start while the first is being cut */
-    assert_int_equal(ringbuf_tx_msg_begin(&l->tx, &h), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__ringbuf_tx_msg_begin(&l->tx, &h), OOBX_ERR_INVALID);
     assert_int_equal(link_write(l, src), 4);
-    assert_int_equal(ringbuf_tx_free_slots(&l->tx), 0);
+    assert_int_equal(oobx__ringbuf_tx_free_slots(&l->tx), 0);
     ringbuf_chunk_t c;
-    assert_int_equal(ringbuf_tx_next(&l->tx, &c), 0);
+    assert_int_equal(oobx__ringbuf_tx_next(&l->tx, &c), 0);
     /* the receiver consumes three chunks: batch 4 is not reached, no credit yet */
     for (int i = 0; i < 3; i++) {
         ringbuf_rx_ev_t ev;
         unsigned j = l->db_head++ % RINGBUF_SLOTS_MAX;
-        assert_int_equal(ringbuf_rx_chunk(&l->rx, l->ring, l->db_seq[j], l->db_bytes[j], &ev, NULL, 0), 0);
+        assert_int_equal(oobx__ringbuf_rx_chunk(&l->rx, l->ring, l->db_seq[j], l->db_bytes[j], &ev, NULL, 0), 0);
         memcpy(dst + ev.off, ev.data, ev.len);
         uint64_t credit;
-        assert_int_equal(ringbuf_rx_release(&l->rx, &credit), 0);
+        assert_int_equal(oobx__ringbuf_rx_release(&l->rx, &credit), 0);
     }
-    assert_int_equal(ringbuf_tx_free_slots(&l->tx), 0);
+    assert_int_equal(oobx__ringbuf_tx_free_slots(&l->tx), 0);
     oobx_msg_hdr_t got;
     int done = link_read(l, dst, sizeof(dst), &got);
     assert_int_equal(done, 0);
     assert_int_equal(l->credits_sent, 1);
-    assert_int_equal(ringbuf_tx_free_slots(&l->tx), 4);
+    assert_int_equal(oobx__ringbuf_tx_free_slots(&l->tx), 4);
     while (!done) {
         link_write(l, src);
         done = link_read(l, dst, sizeof(dst), &got);
@@ -213,38 +213,38 @@ static void test_bad_chunks(void **state)
     unsigned char src[300];
     fill(src, sizeof(src), 1);
     oobx_msg_hdr_t h = mkhdr(sizeof(src), 5);
-    assert_int_equal(ringbuf_tx_msg_begin(&l->tx, &h), 0);
+    assert_int_equal(oobx__ringbuf_tx_msg_begin(&l->tx, &h), 0);
     assert_int_equal(link_write(l, src), 3);
     ringbuf_rx_ev_t ev;
     char why[200];
     /* out of order */
-    assert_int_equal(ringbuf_rx_chunk(&l->rx, l->ring, 1, l->db_bytes[1], &ev, why, sizeof(why)),
+    assert_int_equal(oobx__ringbuf_rx_chunk(&l->rx, l->ring, 1, l->db_bytes[1], &ev, why, sizeof(why)),
                      OOBX_ERR_PROTOCOL);
     assert_non_null(strstr(why, "expected"));
     /* wrong size */
-    assert_int_equal(ringbuf_rx_chunk(&l->rx, l->ring, 0, l->db_bytes[0] - 1, &ev, why, sizeof(why)),
+    assert_int_equal(oobx__ringbuf_rx_chunk(&l->rx, l->ring, 0, l->db_bytes[0] - 1, &ev, why, sizeof(why)),
                      OOBX_ERR_PROTOCOL);
-    assert_int_equal(ringbuf_rx_chunk(&l->rx, l->ring, 0, 129, &ev, why, sizeof(why)), OOBX_ERR_PROTOCOL);
+    assert_int_equal(oobx__ringbuf_rx_chunk(&l->rx, l->ring, 0, 129, &ev, why, sizeof(why)), OOBX_ERR_PROTOCOL);
     /* a slot overwritten with another sequence number */
     ringbuf_chunk_hdr_t ch;
     memcpy(&ch, l->ring, sizeof(ch));
     ch.seq = 42;
     memcpy(l->ring, &ch, sizeof(ch));
-    assert_int_equal(ringbuf_rx_chunk(&l->rx, l->ring, 0, l->db_bytes[0], &ev, why, sizeof(why)),
+    assert_int_equal(oobx__ringbuf_rx_chunk(&l->rx, l->ring, 0, l->db_bytes[0], &ev, why, sizeof(why)),
                      OOBX_ERR_PROTOCOL);
     assert_non_null(strstr(why, "42"));
     ch.seq = 0;
     memcpy(l->ring, &ch, sizeof(ch));
-    assert_int_equal(ringbuf_rx_chunk(&l->rx, l->ring, 0, l->db_bytes[0], &ev, why, sizeof(why)), 0);
+    assert_int_equal(oobx__ringbuf_rx_chunk(&l->rx, l->ring, 0, l->db_bytes[0], &ev, why, sizeof(why)), 0);
     /* a continuation claiming to begin a message */
     memcpy(&ch, l->ring + 128, sizeof(ch));
     ch.flags |= RINGBUF_FIRST;
     memcpy(l->ring + 128, &ch, sizeof(ch));
-    assert_int_equal(ringbuf_rx_chunk(&l->rx, l->ring, 1, l->db_bytes[1], &ev, why, sizeof(why)),
+    assert_int_equal(oobx__ringbuf_rx_chunk(&l->rx, l->ring, 1, l->db_bytes[1], &ev, why, sizeof(why)),
                      OOBX_ERR_PROTOCOL);
     /* credits for chunks never sent */
-    assert_int_equal(ringbuf_tx_credit(&l->tx, 99), OOBX_ERR_PROTOCOL);
-    assert_int_equal(ringbuf_tx_credit(&l->tx, 0), 0);
+    assert_int_equal(oobx__ringbuf_tx_credit(&l->tx, 99), OOBX_ERR_PROTOCOL);
+    assert_int_equal(oobx__ringbuf_tx_credit(&l->tx, 0), 0);
     link_free(l);
 }
 
@@ -255,15 +255,15 @@ static void test_peek_bytes(void **state)
     unsigned char src[200];
     fill(src, sizeof(src), 3);
     oobx_msg_hdr_t h = mkhdr(sizeof(src), 1);
-    assert_int_equal(ringbuf_tx_msg_begin(&l->tx, &h), 0);
+    assert_int_equal(oobx__ringbuf_tx_msg_begin(&l->tx, &h), 0);
     assert_int_equal(link_write(l, src), 3);
     for (unsigned i = 0; i < 3; i++)
-        assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, i), l->db_bytes[i]);
+        assert_int_equal(oobx__ringbuf_rx_peek_bytes(&l->rx, l->ring, i), l->db_bytes[i]);
     /* a slot that holds another chunk, or garbage */
-    assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, 3), 0);
-    assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, 4), 0);
+    assert_int_equal(oobx__ringbuf_rx_peek_bytes(&l->rx, l->ring, 3), 0);
+    assert_int_equal(oobx__ringbuf_rx_peek_bytes(&l->rx, l->ring, 4), 0);
     memset(l->ring + 128, 0xff, 16);
-    assert_int_equal(ringbuf_rx_peek_bytes(&l->rx, l->ring, 1), 0);
+    assert_int_equal(oobx__ringbuf_rx_peek_bytes(&l->rx, l->ring, 1), 0);
     link_free(l);
 }
 
@@ -277,10 +277,10 @@ static void test_overrun_detected(void **state)
     for (uint64_t s = 0; s < 5; s++) {
         oobx_msg_hdr_t h = mkhdr(0, s);
         ringbuf_chunk_hdr_t ch = {.seq = s, .len = 0, .flags = RINGBUF_FIRST | RINGBUF_LAST};
-        unsigned char *slot = l->ring + ringbuf_slot_off(4, 64, s);
+        unsigned char *slot = l->ring + oobx__ringbuf_slot_off(4, 64, s);
         memcpy(slot, &ch, sizeof(ch));
         memcpy(slot + sizeof(ch), &h, sizeof(h));
-        int rc = ringbuf_rx_chunk(&l->rx, l->ring, s, RINGBUF_HEAD_MAX, &ev, why, sizeof(why));
+        int rc = oobx__ringbuf_rx_chunk(&l->rx, l->ring, s, RINGBUF_HEAD_MAX, &ev, why, sizeof(why));
         if (s < 4)
             assert_int_equal(rc, 0);
         else {

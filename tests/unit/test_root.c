@@ -35,17 +35,17 @@ static void test_block_formulas_brute_force(void **state)
         for (int nroots = 1; nroots <= nranks; nroots++) {
             brute_blocks(nranks, nroots, first, count, owner);
             for (int i = 0; i < nroots; i++) {
-                int f = root_first_rank(i, nranks, nroots), c = root_nranks(i, nranks, nroots);
+                int f = oobx__root_first_rank(i, nranks, nroots), c = oobx__root_nranks(i, nranks, nroots);
                 if (f != first[i] || c != count[i])
                     fail_msg("%d ranks, %d roots, root %d: first rank %d (want %d), %d ranks (want %d)", nranks,
                              nroots, i, f, first[i], c, count[i]);
             }
             for (int r = 0; r < nranks; r++) {
-                int o = root_of_rank(r, nranks, nroots);
+                int o = oobx__root_of_rank(r, nranks, nroots);
                 if (o != owner[r])
                     fail_msg("%d ranks, %d roots: rank %d belongs to root %d, want %d", nranks, nroots, r, o,
                              owner[r]);
-                int l = root_local_id(r, o, nranks, nroots);
+                int l = oobx__root_local_id(r, o, nranks, nroots);
                 if (l != r - first[o])
                     fail_msg("%d ranks, %d roots: rank %d is local id %d of root %d, want %d", nranks, nroots, r, l, o,
                              r - first[o]);
@@ -69,11 +69,11 @@ static void test_blocks_tile(void **state)
             if (nroots > nranks) continue;
             int next = 0;
             for (int i = 0; i < nroots; i++) {
-                int f = root_first_rank(i, nranks, nroots), c = root_nranks(i, nranks, nroots);
+                int f = oobx__root_first_rank(i, nranks, nroots), c = oobx__root_nranks(i, nranks, nroots);
                 if (f != next || c < 1)
                     fail_msg("%d ranks, %d roots: root %d starts at %d (want %d) with %d ranks", nranks, nroots, i, f,
                              next, c);
-                if (root_of_rank(f, nranks, nroots) != i || root_of_rank(f + c - 1, nranks, nroots) != i)
+                if (oobx__root_of_rank(f, nranks, nroots) != i || oobx__root_of_rank(f + c - 1, nranks, nroots) != i)
                     fail_msg("%d ranks, %d roots: the ends of block %d map elsewhere", nranks, nroots, i);
                 next = f + c;
             }
@@ -92,13 +92,13 @@ static void test_unique_id_round_trip(void **state)
     h.addr.sin.sin_port = htons(29500);
     h.addr.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     oobx_unique_id_t id;
-    root_handle_encode(&h, &id);
+    oobx__root_handle_encode(&h, &id);
     char why[256] = "";
-    assert_int_equal(root_handle_decode(&id, &back, why, sizeof why), 0);
+    assert_int_equal(oobx__root_handle_decode(&id, &back, why, sizeof why), 0);
     assert_true(back.magic == h.magic);
     char a[128], b[128];
-    sock_addr_format(&h.addr, a, sizeof a);
-    sock_addr_format(&back.addr, b, sizeof b);
+    oobx__sock_addr_format(&h.addr, a, sizeof a);
+    oobx__sock_addr_format(&back.addr, b, sizeof b);
     assert_string_equal(a, b);
 
     memset(&h, 0, sizeof h);
@@ -106,10 +106,10 @@ static void test_unique_id_round_trip(void **state)
     h.addr.sin6.sin6_family = AF_INET6;
     h.addr.sin6.sin6_port = htons(1234);
     h.addr.sin6.sin6_addr = in6addr_loopback;
-    root_handle_encode(&h, &id);
-    assert_int_equal(root_handle_decode(&id, &back, why, sizeof why), 0);
-    sock_addr_format(&h.addr, a, sizeof a);
-    sock_addr_format(&back.addr, b, sizeof b);
+    oobx__root_handle_encode(&h, &id);
+    assert_int_equal(oobx__root_handle_decode(&id, &back, why, sizeof why), 0);
+    oobx__sock_addr_format(&h.addr, a, sizeof a);
+    oobx__sock_addr_format(&back.addr, b, sizeof b);
     assert_string_equal(a, b);
 }
 
@@ -121,11 +121,11 @@ static void test_unique_id_rejects(void **state)
     char why[256];
     memset(&id, 0, sizeof id);
     why[0] = 0;
-    assert_int_equal(root_handle_decode(&id, &h, why, sizeof why), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__root_handle_decode(&id, &h, why, sizeof why), OOBX_ERR_INVALID);
     assert_non_null(strstr(why, "zero"));
     memset(&id, 0x41, sizeof id);
     why[0] = 0;
-    assert_int_equal(root_handle_decode(&id, &h, why, sizeof why), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__root_handle_decode(&id, &h, why, sizeof why), OOBX_ERR_INVALID);
     assert_true(strlen(why) > 0);
     /* a good id of another protocol version */
     root_handle_t g;
@@ -134,17 +134,17 @@ static void test_unique_id_rejects(void **state)
     g.addr.sin.sin_family = AF_INET;
     g.addr.sin.sin_port = htons(1);
     g.addr.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    root_handle_encode(&g, &id);
+    oobx__root_handle_encode(&g, &id);
     id.internal[4] ^= 3;
     why[0] = 0;
-    assert_int_equal(root_handle_decode(&id, &h, why, sizeof why), OOBX_ERR_MISMATCH);
+    assert_int_equal(oobx__root_handle_decode(&id, &h, why, sizeof why), OOBX_ERR_MISMATCH);
     assert_non_null(strstr(why, "version"));
     /* an unknown address family */
-    root_handle_encode(&g, &id);
+    oobx__root_handle_encode(&g, &id);
     id.internal[16] = 99;
     id.internal[17] = 0;
     why[0] = 0;
-    assert_int_not_equal(root_handle_decode(&id, &h, why, sizeof why), 0);
+    assert_int_not_equal(oobx__root_handle_decode(&id, &h, why, sizeof why), 0);
     assert_true(strlen(why) > 0);
 }
 

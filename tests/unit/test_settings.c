@@ -18,7 +18,7 @@
 
 static void clear_env(void)
 {
-    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++) unsetenv(d->name);
+    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++) unsetenv(d->name);
 }
 
 static int setup(void **state)
@@ -32,7 +32,7 @@ static void test_table(void **state)
 {
     (void)state;
     int n = 0;
-    for (const oobx_setting_desc_t *d = oobx_settings_table; d->name; d++, n++) {
+    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++, n++) {
         if (strncmp(d->name, "OOBX_", 5) != 0) fail_msg("setting %s does not start with OOBX_", d->name);
         if (!d->def) fail_msg("%s has no default text", d->name);
         if (!d->doc || strlen(d->doc) < 10) fail_msg("%s has no doc line", d->name);
@@ -46,7 +46,7 @@ static void test_defaults(void **state)
 {
     (void)state;
     oobx_settings_t s;
-    assert_int_equal(oobx_settings_load(&s, NULL), 0);
+    assert_int_equal(oobx__settings_load(&s, NULL), 0);
     assert_string_equal(s.transport, "auto");
     assert_int_equal(s.timeout_ms, 120000);
     assert_int_equal(s.stagger_rate, 7000);
@@ -67,7 +67,7 @@ static void test_env(void **state)
     setenv("OOBX_SOCKET_FAMILY", "6", 1);
     setenv("OOBX_ALLGATHER_ALGO", "bruck", 1);
     setenv("OOBX_SOCKET_IFNAME", "^docker,lo", 1);
-    assert_int_equal(oobx_settings_load(&s, NULL), 0);
+    assert_int_equal(oobx__settings_load(&s, NULL), 0);
     assert_int_equal(s.timeout_ms, 500);
     assert_int_equal(s.chunk_bytes, 65536);
     assert_int_equal(s.ring_slot_bytes, 1 << 20);
@@ -77,10 +77,10 @@ static void test_env(void **state)
     assert_string_equal(s.socket_ifname, "^docker,lo");
     /* parsed again each time: nothing is cached */
     setenv("OOBX_TIMEOUT_MS", "777", 1);
-    assert_int_equal(oobx_settings_load(&s, NULL), 0);
+    assert_int_equal(oobx__settings_load(&s, NULL), 0);
     assert_int_equal(s.timeout_ms, 777);
     unsetenv("OOBX_TIMEOUT_MS");
-    assert_int_equal(oobx_settings_load(&s, NULL), 0);
+    assert_int_equal(oobx__settings_load(&s, NULL), 0);
     assert_int_equal(s.timeout_ms, 120000);
     clear_env();
 }
@@ -94,20 +94,20 @@ static void test_config_overrides_env(void **state)
     oobx_config_t cfg = OOBX_CONFIG_INIT;
     cfg.timeout_ms = 700;
     cfg.transport = "socket";
-    assert_int_equal(oobx_settings_load(&s, &cfg), 0);
+    assert_int_equal(oobx__settings_load(&s, &cfg), 0);
     assert_int_equal(s.timeout_ms, 700);
     assert_string_equal(s.transport, "socket");
     cfg.timeout_ms = -5;
-    assert_int_equal(oobx_settings_load(&s, &cfg), 0);
+    assert_int_equal(oobx__settings_load(&s, &cfg), 0);
     assert_int_equal(s.timeout_ms, -1);
     cfg.timeout_ms = 0; /* 0: the environment's */
-    assert_int_equal(oobx_settings_load(&s, &cfg), 0);
+    assert_int_equal(oobx__settings_load(&s, &cfg), 0);
     assert_int_equal(s.timeout_ms, 500);
     cfg.struct_size = 4; /* not made with OOBX_CONFIG_INIT */
-    assert_int_equal(oobx_settings_load(&s, &cfg), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__settings_load(&s, &cfg), OOBX_ERR_INVALID);
     cfg = (oobx_config_t)OOBX_CONFIG_INIT;
     cfg.transport = "carrier-pigeon";
-    assert_int_equal(oobx_settings_load(&s, &cfg), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__settings_load(&s, &cfg), OOBX_ERR_INVALID);
     clear_env();
 }
 
@@ -130,7 +130,7 @@ static void test_malformed(void **state)
         clear_env();
         setenv(bad[i][0], bad[i][1], 1);
         oobx_settings_t s;
-        int rc = oobx_settings_load(&s, NULL);
+        int rc = oobx__settings_load(&s, NULL);
         if (rc != OOBX_ERR_INVALID) {
             print_error("%s=\"%.40s\": got %d, want OOBX_ERR_INVALID\n", bad[i][0], bad[i][1], rc);
             failures++;
@@ -147,27 +147,27 @@ static void test_malformed(void **state)
 static void test_deadlines(void **state)
 {
     (void)state;
-    assert_true(oobx_deadline(-1) == UINT64_MAX);
-    assert_int_equal(oobx_ms_left(UINT64_MAX, -1), -1);
-    assert_int_equal(oobx_ms_left(UINT64_MAX, 50), 50);
-    uint64_t d = oobx_deadline(1000);
-    int left = oobx_ms_left(d, -1);
+    assert_true(oobx__deadline(-1) == UINT64_MAX);
+    assert_int_equal(oobx__ms_left(UINT64_MAX, -1), -1);
+    assert_int_equal(oobx__ms_left(UINT64_MAX, 50), 50);
+    uint64_t d = oobx__deadline(1000);
+    int left = oobx__ms_left(d, -1);
     assert_true(left > 900 && left <= 1000);
-    assert_int_equal(oobx_ms_left(d, 10), 10);
-    assert_int_equal(oobx_ms_left(oobx_now_ns() - 1, -1), 0);
-    assert_int_equal(oobx_ms_left(oobx_deadline(0), -1), 0);
-    uint64_t a = oobx_now_ns(), b = oobx_now_ns();
+    assert_int_equal(oobx__ms_left(d, 10), 10);
+    assert_int_equal(oobx__ms_left(oobx__now_ns() - 1, -1), 0);
+    assert_int_equal(oobx__ms_left(oobx__deadline(0), -1), 0);
+    uint64_t a = oobx__now_ns(), b = oobx__now_ns();
     assert_true(b >= a);
 }
 
 static void test_hash_random(void **state)
 {
     (void)state;
-    assert_true(oobx_hash64("abc", 3, 1) == oobx_hash64("abc", 3, 1));
-    assert_true(oobx_hash64("abc", 3, 1) != oobx_hash64("abc", 3, 2));
-    assert_true(oobx_hash64("abc", 3, 1) != oobx_hash64("abd", 3, 1));
-    assert_true(oobx_mix64(1, 2) != oobx_mix64(2, 1));
-    uint64_t r1 = oobx_random64(), r2 = oobx_random64();
+    assert_true(oobx__hash64("abc", 3, 1) == oobx__hash64("abc", 3, 1));
+    assert_true(oobx__hash64("abc", 3, 1) != oobx__hash64("abc", 3, 2));
+    assert_true(oobx__hash64("abc", 3, 1) != oobx__hash64("abd", 3, 1));
+    assert_true(oobx__mix64(1, 2) != oobx__mix64(2, 1));
+    uint64_t r1 = oobx__random64(), r2 = oobx__random64();
     assert_true(r1 != r2);
 }
 
@@ -177,7 +177,7 @@ static void test_ratelimit(void **state)
     oobx_ratelimit_t rl;
     memset(&rl, 0, sizeof rl);
     int ok = 0;
-    for (int i = 0; i < 100; i++) ok += oobx_ratelimit_ok(&rl);
+    for (int i = 0; i < 100; i++) ok += oobx__ratelimit_ok(&rl);
     assert_int_equal(ok, 5);
     assert_int_equal(rl.suppressed, 95);
 }

@@ -91,7 +91,7 @@ static void expect_pick(const topo_if_t *ifs, int n, const topo_request_t *req, 
 {
     topo_if_t out;
     char why[512] = "";
-    int rc = topo_pick_if_from(ifs, n, req, &out, why, sizeof(why));
+    int rc = oobx__topo_pick_if_from(ifs, n, req, &out, why, sizeof(why));
     if (rc != OOBX_SUCCESS) fail_msg("pick failed (%d) where %s was expected: %s", rc, name, why);
     char a[INET6_ADDRSTRLEN];
     if_addr_text(&out, a, sizeof(a));
@@ -146,9 +146,9 @@ static void test_ifname_match_grammar(void **state)
         {"^ens1", "ens2f1", 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int got = topo_ifname_match(cases[i].spec, cases[i].name);
+        int got = oobx__topo_ifname_match(cases[i].spec, cases[i].name);
         if (got != cases[i].want)
-            fail_msg("topo_ifname_match(\"%s\", \"%s\") = %d, want %d", cases[i].spec ? cases[i].spec : "(null)",
+            fail_msg("oobx__topo_ifname_match(\"%s\", \"%s\") = %d, want %d", cases[i].spec ? cases[i].spec : "(null)",
                      cases[i].name, got, cases[i].want);
     }
     /* the same spec over a list of names: which ones survive */
@@ -167,8 +167,8 @@ static void test_ifname_match_grammar(void **state)
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         char kept[256] = "";
         for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
-            if (topo_ifname_match(lists[i].spec, names[k]))
-                topo_appendf(kept, sizeof(kept), "%s%s", kept[0] ? " " : "", names[k]);
+            if (oobx__topo_ifname_match(lists[i].spec, names[k]))
+                oobx__topo_appendf(kept, sizeof(kept), "%s%s", kept[0] ? " " : "", names[k]);
         if (strcmp(kept, lists[i].kept) != 0)
             fail_msg("spec \"%s\" kept \"%s\", want \"%s\"", lists[i].spec, kept, lists[i].kept);
     }
@@ -177,29 +177,29 @@ static void test_ifname_match_grammar(void **state)
 static void test_virtual_names(void **state)
 {
     (void)state;
-    assert_true(topo_if_is_virtual("docker0"));
-    assert_true(topo_if_is_virtual("virbr0"));
-    assert_true(topo_if_is_virtual("veth9f3a"));
-    assert_false(topo_if_is_virtual("eth0"));
-    assert_false(topo_if_is_virtual("lo"));
-    assert_false(topo_if_is_virtual("ib0"));
+    assert_true(oobx__topo_if_is_virtual("docker0"));
+    assert_true(oobx__topo_if_is_virtual("virbr0"));
+    assert_true(oobx__topo_if_is_virtual("veth9f3a"));
+    assert_false(oobx__topo_if_is_virtual("eth0"));
+    assert_false(oobx__topo_if_is_virtual("lo"));
+    assert_false(oobx__topo_if_is_virtual("ib0"));
 }
 
 static void test_pci_parse(void **state)
 {
     (void)state;
     unsigned d, b, v, f;
-    assert_int_equal(topo_pci_parse("0000:3b:00.0", &d, &b, &v, &f), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_pci_parse("0000:3b:00.0", &d, &b, &v, &f), OOBX_SUCCESS);
     assert_int_equal(d, 0);
     assert_int_equal(b, 0x3b);
     assert_int_equal(v, 0);
     assert_int_equal(f, 0);
-    assert_int_equal(topo_pci_parse("3B:1f.7", &d, &b, &v, &f), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_pci_parse("3B:1f.7", &d, &b, &v, &f), OOBX_SUCCESS);
     assert_int_equal(d, 0);
     assert_int_equal(b, 0x3b);
     assert_int_equal(v, 0x1f);
     assert_int_equal(f, 7);
-    assert_int_equal(topo_pci_parse("0001:af:02.1", &d, &b, &v, &f), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_pci_parse("0001:af:02.1", &d, &b, &v, &f), OOBX_SUCCESS);
     assert_int_equal(d, 1);
     assert_int_equal(b, 0xaf);
     assert_int_equal(v, 2);
@@ -207,8 +207,8 @@ static void test_pci_parse(void **state)
     const char *bad[] = {"", "x", "3b:00", "3b:00.8", "0000:3b:20.0", "0000:3b:00.0x", "1:2:3:4.0",
                          "0000:3b:00", "0000:100:00.0", "10000:3b:00.0", ":3b:00.0", "0000:3b:.0", NULL};
     for (int i = 0; bad[i]; i++)
-        if (topo_pci_parse(bad[i], &d, &b, &v, &f) != OOBX_ERR_INVALID) fail_msg("\"%s\" parsed as a PCI id", bad[i]);
-    assert_int_equal(topo_pci_parse(NULL, &d, &b, &v, &f), OOBX_ERR_INVALID);
+        if (oobx__topo_pci_parse(bad[i], &d, &b, &v, &f) != OOBX_ERR_INVALID) fail_msg("\"%s\" parsed as a PCI id", bad[i]);
+    assert_int_equal(oobx__topo_pci_parse(NULL, &d, &b, &v, &f), OOBX_ERR_INVALID);
 }
 
 /* 1 when ifc's subnet holds addr */
@@ -217,7 +217,7 @@ static int holds(const topo_if_t *ifc, const char *addr)
     struct sockaddr_storage ss;
     socklen_t len = 0;
     const struct sockaddr *sa = mk_addr(&ss, &len, addr);
-    return topo_if_holds(ifc, sa, len);
+    return oobx__topo_if_holds(ifc, sa, len);
 }
 
 static void test_subnet_holds(void **state)
@@ -242,16 +242,16 @@ static void test_subnet_holds(void **state)
     socklen_t sl = 0;
     mk_addr(&ss, &sl, "fe80::9");
     struct sockaddr_in6 *r6 = (struct sockaddr_in6 *)&ss;
-    assert_true(topo_if_holds(&ll7, (struct sockaddr *)r6, sl)); /* unscoped */
+    assert_true(oobx__topo_if_holds(&ll7, (struct sockaddr *)r6, sl)); /* unscoped */
     r6->sin6_scope_id = 7;
-    assert_true(topo_if_holds(&ll7, (struct sockaddr *)r6, sl));
+    assert_true(oobx__topo_if_holds(&ll7, (struct sockaddr *)r6, sl));
     r6->sin6_scope_id = 8;
-    assert_false(topo_if_holds(&ll7, (struct sockaddr *)r6, sl));
+    assert_false(oobx__topo_if_holds(&ll7, (struct sockaddr *)r6, sl));
     char buf[96];
-    topo_if_format(&odd, buf, sizeof(buf));
+    oobx__topo_if_format(&odd, buf, sizeof(buf));
     assert_string_equal(buf, "192.168.5.130/25");
     topo_if_t ll = mk_if("eth0", "fe80::1", 64);
-    topo_if_format(&ll, buf, sizeof(buf));
+    oobx__topo_if_format(&ll, buf, sizeof(buf));
     assert_string_equal(buf, "fe80::1%eth0/64");
 }
 
@@ -276,7 +276,7 @@ static void test_pick_if_default_order(void **state)
     /* nothing at all */
     topo_if_t out;
     char why[512];
-    assert_int_equal(topo_pick_if_from(ifs, 0, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_pick_if_from(ifs, 0, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "no network interface is up");
 }
 
@@ -296,7 +296,7 @@ static void test_pick_if_subnet(void **state)
     {
         topo_if_t out;
         char why[512];
-        assert_int_equal(topo_pick_if_from(ifs, 5, &req, &out, why, sizeof(why)), OOBX_SUCCESS);
+        assert_int_equal(oobx__topo_pick_if_from(ifs, 5, &req, &out, why, sizeof(why)), OOBX_SUCCESS);
         assert_string_equal(why, "lo 127.0.0.1/8: subnet 127.0.0.0/8 holds the root 127.0.0.1");
         assert_int_equal(out.family, AF_INET);
     }
@@ -335,7 +335,7 @@ static void test_pick_if_filters(void **state)
     char why[512];
     memset(&out, 0xab, sizeof(out));
     memset(&untouched, 0xab, sizeof(untouched));
-    assert_int_equal(topo_pick_if_from(only_ll, 1, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_pick_if_from(only_ll, 1, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_memory_equal(&out, &untouched, sizeof(out)); /* output set only on success */
     assert_why_has(why, "link-local");
     assert_why_has(why, "OOBX_SOCKET_LINKLOCAL");
@@ -357,24 +357,24 @@ static void test_pick_if_filters(void **state)
     expect_pick(ifs, n, &req, "ib0", NULL, NULL);
     /* nothing matches: the reason names every interface and what filtered it */
     req.ifname_spec = "=eth";
-    assert_int_equal(topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "no usable interface");
     assert_why_has(why, "eth0 10.0.0.5/24 (not selected by OOBX_SOCKET_IFNAME==eth)");
     assert_why_has(why, "lo 127.0.0.1/8");
     req.ifname_spec = "ib";
     req.family = AF_INET6;
-    assert_int_equal(topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "ib0 10.1.0.5/16 (IPv4, OOBX_SOCKET_FAMILY asks for IPv6)");
     /* bad requests */
     req.ifname_spec = NULL;
     req.family = 12345;
-    assert_int_equal(topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_INVALID);
     req.family = AF_UNSPEC;
     req.pci_target = "not-a-bus-id";
-    assert_int_equal(topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_pick_if_from(ifs, n, &req, &out, why, sizeof(why)), OOBX_ERR_INVALID);
     assert_why_has(why, "OOBX_TOPO_PCI=not-a-bus-id");
-    assert_int_equal(topo_pick_if_from(ifs, n, NULL, &out, why, sizeof(why)), OOBX_ERR_INVALID);
-    assert_int_equal(topo_pick_if_from(NULL, 2, &req, &out, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_pick_if_from(ifs, n, NULL, &out, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_pick_if_from(NULL, 2, &req, &out, why, sizeof(why)), OOBX_ERR_INVALID);
 }
 
 #ifdef OOBX_HAVE_HWLOC
@@ -452,12 +452,12 @@ static void expect_ranked(const topo_request_t *req, int kind, const char *want_
     topo_dev_t *devs = NULL;
     int n = -1;
     char why[512];
-    int rc = topo_rank_devices(req, kind, &devs, &n, why, sizeof(why));
-    if (rc != OOBX_SUCCESS) fail_msg("topo_rank_devices failed (%d): %s", rc, why);
+    int rc = oobx__topo_rank_devices(req, kind, &devs, &n, why, sizeof(why));
+    if (rc != OOBX_SUCCESS) fail_msg("oobx__topo_rank_devices failed (%d): %s", rc, why);
     char order[256] = "", close[256] = "";
     for (int i = 0; i < n; i++) {
-        topo_appendf(order, sizeof(order), "%s%s", i ? " " : "", devs[i].name);
-        topo_appendf(close, sizeof(close), "%s%s", i ? " " : "", topo_closeness_name(devs[i].closeness));
+        oobx__topo_appendf(order, sizeof(order), "%s%s", i ? " " : "", devs[i].name);
+        oobx__topo_appendf(close, sizeof(close), "%s%s", i ? " " : "", oobx__topo_closeness_name(devs[i].closeness));
     }
     free(devs);
     if (strcmp(order, want_order) != 0 || strcmp(close, want_close) != 0)
@@ -489,7 +489,7 @@ static void test_rank_two_socket(void **state)
     char why[512];
     req.pci_target = NULL;
     req.cpuset_target = "4";
-    assert_int_equal(topo_rank_devices(&req, TOPO_DEV_NET, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_rank_devices(&req, TOPO_DEV_NET, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
     assert_int_equal(n, 3);
     assert_string_equal(devs[0].name, "ens2f0");
     assert_string_equal(devs[0].pci, "0000:b1:00.0");
@@ -529,7 +529,7 @@ static void test_rank_gpu_switch(void **state)
     int n = 0;
     char why[512];
     req.cpuset_target = "12";
-    assert_int_equal(topo_rank_devices(&req, TOPO_DEV_RDMA, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_rank_devices(&req, TOPO_DEV_RDMA, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
     assert_int_equal(n, 4);
     assert_string_equal(devs[0].name, "mlx5_3");
     assert_string_equal(devs[0].pci, "0000:cb:00.0");
@@ -561,43 +561,43 @@ static void test_pick_device_gpu(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         req.pci_target = cases[i].gpu;
-        int got = topo_pick_device(&req, ucx_ib, 4, why, sizeof(why));
+        int got = oobx__topo_pick_device(&req, ucx_ib, 4, why, sizeof(why));
         if (got != cases[i].ucx_ib) fail_msg("GPU %s: ucx picked %d, want %d: %s", cases[i].gpu, got, cases[i].ucx_ib, why);
-        got = topo_pick_device(&req, verbs, 4, why, sizeof(why));
+        got = oobx__topo_pick_device(&req, verbs, 4, why, sizeof(why));
         if (got != cases[i].verbs) fail_msg("GPU %s: verbs picked %d, want %d: %s", cases[i].gpu, got, cases[i].verbs, why);
-        got = topo_pick_device(&req, ucx_tcp, 6, why, sizeof(why));
+        got = oobx__topo_pick_device(&req, ucx_tcp, 6, why, sizeof(why));
         if (got != cases[i].tcp) fail_msg("GPU %s: tcp picked %d, want %d: %s", cases[i].gpu, got, cases[i].tcp, why);
     }
     req.pci_target = "0000:9a:00.0";
-    assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), 1);
+    assert_int_equal(oobx__topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), 1);
     assert_why_has(why, "mlx5_2:1: closest (switch) of 4 candidates; target PCI 0000:9a:00.0");
     /* the user's device wins */
     req.net_device = "mlx5_0";
-    assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), 3);
+    assert_int_equal(oobx__topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), 3);
     assert_why_has(why, "OOBX_NET_DEVICE=mlx5_0");
     req.net_device = "mlx5_1:1";
-    assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), 2);
+    assert_int_equal(oobx__topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), 2);
     req.net_device = "mlx5_1:2"; /* another port of a listed device */
-    assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     req.net_device = "mlx5_2:1"; /* verbs lists devices without port */
-    assert_int_equal(topo_pick_device(&req, verbs, 4, why, sizeof(why)), 2);
+    assert_int_equal(oobx__topo_pick_device(&req, verbs, 4, why, sizeof(why)), 2);
     assert_why_has(why, "mlx5_2: named by OOBX_NET_DEVICE=mlx5_2:1");
     req.net_device = "mlx5_9";
-    assert_int_equal(topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_pick_device(&req, ucx_ib, 4, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "OOBX_NET_DEVICE=mlx5_9 names none of the 4 candidates: mlx5_3:1, mlx5_2:1");
     req.net_device = NULL;
     /* names hwloc does not list keep their order */
     const char *const shm[] = {"memory", "posix", "sysv"};
-    assert_int_equal(topo_pick_device(&req, shm, 3, why, sizeof(why)), 0);
+    assert_int_equal(oobx__topo_pick_device(&req, shm, 3, why, sizeof(why)), 0);
     assert_why_has(why, "locates none");
     /* a PCI target that is not there: ranked for the CPUs instead, and said */
     req.pci_target = "0000:ee:00.0";
     req.cpuset_target = "12-15";
-    assert_int_equal(topo_pick_device(&req, verbs, 4, why, sizeof(why)), 3);
+    assert_int_equal(oobx__topo_pick_device(&req, verbs, 4, why, sizeof(why)), 3);
     assert_why_has(why, "PCI 0000:ee:00.0 is not in the topology");
     /* bad input */
-    assert_int_equal(topo_pick_device(&req, NULL, 2, why, sizeof(why)), OOBX_ERR_INVALID);
-    assert_int_equal(topo_pick_device(&req, verbs, 0, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_pick_device(&req, NULL, 2, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_pick_device(&req, verbs, 0, why, sizeof(why)), OOBX_ERR_INVALID);
 }
 
 static void test_closest_rdma(void **state)
@@ -605,26 +605,26 @@ static void test_closest_rdma(void **state)
     (void)state;
     char dev[TOPO_NAME_MAX], why[512];
     topo_request_t req = {.xml_path = XML_GPU, .pci_target = "0000:3d:00.0"};
-    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_SUCCESS);
     assert_string_equal(dev, "mlx5_1");
     assert_why_has(why, "mlx5_1: closest (switch) of 4 RDMA devices");
     req.pci_target = NULL;
     req.cpuset_target = "0-7";
-    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_SUCCESS);
     assert_string_equal(dev, "mlx5_0");
     assert_why_has(why, "first of the RDMA devices closest (numa), 2 of 4");
     /* the whole machine: no choice to make */
     req.cpuset_target = NULL;
-    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "the 4 RDMA devices are equally close (numa)");
     req.xml_path = XML_TWO_SOCKET;
-    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "hwloc sees no RDMA device");
     req.xml_path = XML_BROKEN;
-    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     req.xml_path = XML_GPU;
     req.pci_target = "bad";
-    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_INVALID);
 }
 
 static void test_no_network(void **state)
@@ -634,17 +634,17 @@ static void test_no_network(void **state)
     topo_dev_t *devs = NULL;
     int n = -1;
     char why[512];
-    assert_int_equal(topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
     assert_int_equal(n, 0);
     free(devs);
     const char *const names[] = {"mlx5_0", "mlx5_1"};
-    assert_int_equal(topo_pick_device(&req, names, 2, why, sizeof(why)), 0);
+    assert_int_equal(oobx__topo_pick_device(&req, names, 2, why, sizeof(why)), 0);
     assert_why_has(why, "transport's order is kept");
     topo_if_t ifs[] = {mk_if("eth1", "10.1.0.5", 24), mk_if("eth0", "10.0.0.5", 24)};
     expect_pick(ifs, 2, &req, "eth1", NULL, NULL);
     /* the target's PCI device exists but is not a network device */
     req.pci_target = "0000:01:00.0";
-    assert_int_equal(topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
     assert_int_equal(n, 0);
     assert_why_has(why, "PCI 0000:01:00.0");
     free(devs);
@@ -659,10 +659,10 @@ static void test_broken_topology(void **state)
         topo_dev_t *devs = NULL;
         int n = 0;
         char why[512];
-        assert_int_equal(topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+        assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
         assert_why_has(why, files[i]);
         const char *const names[] = {"mlx5_1", "mlx5_0"};
-        assert_int_equal(topo_pick_device(&req, names, 2, why, sizeof(why)), 0);
+        assert_int_equal(oobx__topo_pick_device(&req, names, 2, why, sizeof(why)), 0);
         assert_why_has(why, "the transport's order is kept");
         topo_if_t ifs[] = {mk_if("eth1", "10.1.0.5", 24), mk_if("eth0", "10.0.0.5", 24)};
         expect_pick(ifs, 2, &req, "eth1", NULL, "kept the system's order");
@@ -676,20 +676,20 @@ static void test_bad_targets(void **state)
     int n = 0;
     char why[512];
     topo_request_t req = {.xml_path = XML_TWO_SOCKET, .pci_target = "3b:00"};
-    assert_int_equal(topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
     assert_why_has(why, "OOBX_TOPO_PCI=3b:00");
     const char *const names[] = {"ens1f0", "ens2f0"};
-    assert_int_equal(topo_pick_device(&req, names, 2, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_pick_device(&req, names, 2, why, sizeof(why)), OOBX_ERR_INVALID);
     req.pci_target = NULL;
     req.cpuset_target = "zero";
-    assert_int_equal(topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
     assert_why_has(why, "CPU list 'zero'");
     req.cpuset_target = "100-103";
-    assert_int_equal(topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
     assert_why_has(why, "holds no CPU of the topology (it has CPUs 0-7)");
     req.cpuset_target = NULL;
-    assert_int_equal(topo_rank_devices(&req, 9, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
-    assert_int_equal(topo_rank_devices(&req, 0, NULL, &n, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_rank_devices(&req, 9, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, NULL, &n, why, sizeof(why)), OOBX_ERR_INVALID);
 }
 
 static void test_report(void **state)
@@ -700,7 +700,7 @@ static void test_report(void **state)
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
     topo_request_t req = {.xml_path = XML_GPU, .pci_target = "0000:9a:00.0", .ifname_spec = "lo"};
-    topo_report(f, &req);
+    oobx__topo_report(f, &req);
     fclose(f);
     assert_why_has(text, "source:   file " XML_GPU);
     assert_why_has(text, "target PCI 0000:9a:00.0 (CPUs 8-11, NUMA 1, package 1)");
@@ -715,14 +715,14 @@ static void test_report(void **state)
     req.xml_path = XML_NO_NET;
     req.pci_target = NULL;
     req.net_device = "mlx5_4";
-    topo_report(f, &req);
+    oobx__topo_report(f, &req);
     fclose(f);
     assert_why_has(text, "(no network or RDMA device)");
     assert_why_has(text, "verbs   mlx5_4 (named by OOBX_NET_DEVICE)");
     free(text);
 }
 
-/* topo_report(out, NULL) reads the OOBX_* settings of the environment */
+/* oobx__topo_report(out, NULL) reads the OOBX_* settings of the environment */
 static void test_report_from_env(void **state)
 {
     (void)state;
@@ -739,7 +739,7 @@ static void test_report_from_env(void **state)
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
         assert_non_null(f);
-        topo_report(f, NULL);
+        oobx__topo_report(f, NULL);
         fclose(f);
         unsetenv("OOBX_SOCKET_IFNAME");
         unsetenv("OOBX_COMM_ID");
@@ -753,7 +753,7 @@ static void test_report_from_env(void **state)
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
-    topo_report(f, NULL);
+    oobx__topo_report(f, NULL);
     fclose(f);
     unsetenv("OOBX_SOCKET_FAMILY");
     assert_why_has(text, "do not parse");
@@ -769,15 +769,15 @@ static void test_without_hwloc(void **state)
     topo_dev_t *devs = NULL;
     int n = 0;
     char why[512];
-    assert_int_equal(topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "hwloc support is not built in");
     const char *const names[] = {"mlx5_3", "mlx5_2"};
-    assert_int_equal(topo_pick_device(&req, names, 2, why, sizeof(why)), 0);
+    assert_int_equal(oobx__topo_pick_device(&req, names, 2, why, sizeof(why)), 0);
     assert_why_has(why, "not built in");
     topo_if_t ifs[] = {mk_if("ib3", "10.3.0.5", 24), mk_if("ib2", "10.2.0.5", 24)};
     expect_pick(ifs, 2, &req, "ib3", NULL, "kept the system's order");
     char dev[TOPO_NAME_MAX];
-    assert_int_equal(topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     assert_why_has(why, "not built in");
 }
 
@@ -804,7 +804,7 @@ static const char *netns_checks(char *msg, size_t len)
     if (system(setup) != 0) return "SKIP: cannot build the interfaces (ip link add ... type veth/bridge)";
     topo_if_t *ifs = NULL;
     int n = 0;
-    if (topo_if_list(&ifs, &n) != OOBX_SUCCESS) return "topo_if_list failed";
+    if (oobx__topo_if_list(&ifs, &n) != OOBX_SUCCESS) return "oobx__topo_if_list failed";
     int seen_ens9 = 0, seen_ll = 0, seen_docker = 0, seen_eth8 = 0;
     for (int i = 0; i < n; i++) {
         const topo_if_t *t = &ifs[i];
@@ -863,7 +863,7 @@ static const char *netns_checks(char *msg, size_t len)
         }
         topo_if_t out;
         char why[768] = "", got[160];
-        int rc = topo_pick_if(&req, &out, why, sizeof(why));
+        int rc = oobx__topo_pick_if(&req, &out, why, sizeof(why));
         if (cases[i].want[0] == '!') {
             if (rc != OOBX_ERR_UNAVAILABLE || !strstr(why, cases[i].want + 1)) {
                 snprintf(msg, len, "spec %s: rc %d, want the error '%s': %s", cases[i].spec ? cases[i].spec : "-", rc,
@@ -930,7 +930,7 @@ static void test_this_machine(void **state)
     (void)state;
     topo_if_t *ifs = NULL;
     int n = 0;
-    assert_int_equal(topo_if_list(&ifs, &n), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_if_list(&ifs, &n), OOBX_SUCCESS);
     int lo4 = 0;
     for (int i = 0; i < n; i++)
         if (ifs[i].loopback && ifs[i].family == AF_INET) {
@@ -947,20 +947,20 @@ static void test_this_machine(void **state)
     req.matchlen = len;
     topo_if_t out;
     char why[512];
-    assert_int_equal(topo_pick_if(&req, &out, why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_pick_if(&req, &out, why, sizeof(why)), OOBX_SUCCESS);
     assert_true(out.loopback);
     assert_why_has(why, "holds the root 127.0.0.1");
     req.match = NULL;
     req.ifname_spec = "=lo";
     req.family = AF_INET;
-    assert_int_equal(topo_pick_if(&req, &out, why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(oobx__topo_pick_if(&req, &out, why, sizeof(why)), OOBX_SUCCESS);
     assert_string_equal(out.name, "lo");
     assert_int_equal(out.family, AF_INET);
     /* whatever this machine has, a ranking of its own devices works or says why not */
     topo_dev_t *devs = NULL;
     int nd = 0;
     req.ifname_spec = NULL;
-    int rc = topo_rank_devices(&req, 0, &devs, &nd, why, sizeof(why));
+    int rc = oobx__topo_rank_devices(&req, 0, &devs, &nd, why, sizeof(why));
     assert_true(rc == OOBX_SUCCESS || rc == OOBX_ERR_UNAVAILABLE);
     if (rc == OOBX_SUCCESS) assert_why_has(why, "target ");
     free(devs);
@@ -972,7 +972,7 @@ static void test_this_machine(void **state)
         CPU_ZERO(&one);
         CPU_SET(0, &one);
         assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
-        rc = topo_rank_devices(&req, 0, &devs, &nd, why, sizeof(why));
+        rc = oobx__topo_rank_devices(&req, 0, &devs, &nd, why, sizeof(why));
         pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
         assert_int_equal(rc, OOBX_SUCCESS);
         assert_why_has(why, "this thread's CPU binding (CPUs 0,");

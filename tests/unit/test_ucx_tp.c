@@ -122,9 +122,9 @@ static void connect_all(node_t *nodes, int n)
 /* Progresses every node, sleeping on their fds, until done() or the deadline. */
 static int run_until(node_t *nodes, int n, int (*done)(node_t *, int, void *), void *arg, int ms)
 {
-    uint64_t deadline = oobx_deadline(ms);
+    uint64_t deadline = oobx__deadline(ms);
     while (!done(nodes, n, arg)) {
-        if (oobx_now_ns() > deadline) return -1;
+        if (oobx__now_ns() > deadline) return -1;
         struct pollfd fds[NMAX * 4];
         int nfds = 0, busy = 0, timeout = 100;
         for (int i = 0; i < n; i++) assert_int_equal(oobx_ucx_ops.progress(nodes[i].tp), 0);
@@ -322,10 +322,10 @@ static void test_peer_killed(void **state)
 
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    uint64_t t0 = oobx_now_ns();
+    uint64_t t0 = oobx__now_ns();
     /* the death is seen without sending anything (the core may only be waiting) */
     assert_int_equal(run_until(nodes, 1, saw_failure, NULL, 20000), 0);
-    fprintf(stderr, "  [failure seen after %.2f s]\n", (double)(oobx_now_ns() - t0) / 1e9);
+    fprintf(stderr, "  [failure seen after %.2f s]\n", (double)(oobx__now_ns() - t0) / 1e9);
     assert_int_equal(nodes[0].failed[1], 1);
     assert_int_equal(nodes[0].fail_status[1], OOBX_ERR_REMOTE);
     /* later sends fail at once, leaving the request alone */

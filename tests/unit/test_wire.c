@@ -61,37 +61,37 @@ static void test_hello(void **state)
     oobx_hello_t h;
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION, OOBX_HELLO_PEER, 0x1122334455667788ull, 3, 8);
     char why[256];
-    assert_int_equal(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, why, sizeof why), 0);
+    assert_int_equal(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, why, sizeof why), 0);
     assert_int_equal(h.rank, 3);
     assert_int_equal(h.nranks, 8);
     assert_int_equal(h.type, OOBX_HELLO_PEER);
     assert_true(h.comm_magic == 0x1122334455667788ull);
     /* longer input: only the first 32 bytes count */
     memset(b + OOBX_HELLO_BYTES, 0xff, sizeof b - OOBX_HELLO_BYTES);
-    assert_int_equal(oobx_hello_decode(b, sizeof b, &h, why, sizeof why), 0);
+    assert_int_equal(oobx__hello_decode(b, sizeof b, &h, why, sizeof why), 0);
     /* encoder writes the same bytes */
     unsigned char e[OOBX_HELLO_BYTES];
-    oobx_hello_encode(&h, e);
+    oobx__hello_encode(&h, e);
     assert_memory_equal(e, b, OOBX_HELLO_BYTES);
     /* short */
-    for (size_t len = 0; len < OOBX_HELLO_BYTES; len++) EXPECT_REJECT(oobx_hello_decode(b, len, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    for (size_t len = 0; len < OOBX_HELLO_BYTES; len++) EXPECT_REJECT(oobx__hello_decode(b, len, &h, WHY), h, OOBX_ERR_PROTOCOL);
     /* wrong magic, version, type, ranks */
     hello_bytes(b, 0x12345678u, OOBX_WIRE_VERSION, 1, 1, 0, 1);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION + 1, 1, 1, 0, 1);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_MISMATCH);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_MISMATCH);
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION, 0, 1, 0, 1);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION, 77, 1, 0, 1);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION, 1, 1, -1, 4);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION, 1, 1, 0, 0);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION, 1, 1, 5, 4);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     hello_bytes(b, OOBX_WIRE_MAGIC, OOBX_WIRE_VERSION, 1, 1, 0, -5);
-    EXPECT_REJECT(oobx_hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__hello_decode(b, OOBX_HELLO_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
 }
 
 static void report_bytes(unsigned char *b, int32_t rank, int32_t nranks, int32_t iroot, int32_t nroots, uint32_t tpid,
@@ -112,21 +112,21 @@ static void test_report(void **state)
     oobx_report_t r;
     char why[256];
     report_bytes(b, 5, 16, 1, 3, OOBX_TPID_SOCKET, 28);
-    assert_int_equal(oobx_report_decode(b, OOBX_REPORT_BYTES, &r, why, sizeof why), 0);
+    assert_int_equal(oobx__report_decode(b, OOBX_REPORT_BYTES, &r, why, sizeof why), 0);
     assert_int_equal(r.rank, 5);
     assert_int_equal(r.nranks, 16);
     assert_int_equal(r.iroot, 1);
     assert_int_equal(r.nroots, 3);
     assert_int_equal(r.blob_len, 28);
     unsigned char e[OOBX_REPORT_BYTES];
-    oobx_report_encode(&r, e);
+    oobx__report_encode(&r, e);
     assert_memory_equal(e, b, OOBX_REPORT_BYTES);
-    assert_int_equal(oobx_report_decode(b, sizeof b, &r, why, sizeof why), 0);
+    assert_int_equal(oobx__report_decode(b, sizeof b, &r, why, sizeof why), 0);
     /* the wrap-around extra report carries rank == nranks */
     report_bytes(b, 16, 16, 2, 3, OOBX_TPID_UCX, OOBX_ADDR_MAX);
-    assert_int_equal(oobx_report_decode(b, OOBX_REPORT_BYTES, &r, why, sizeof why), 0);
+    assert_int_equal(oobx__report_decode(b, OOBX_REPORT_BYTES, &r, why, sizeof why), 0);
     for (size_t len = 0; len < OOBX_REPORT_BYTES; len++)
-        EXPECT_REJECT(oobx_report_decode(b, len, &r, WHY), r, OOBX_ERR_PROTOCOL);
+        EXPECT_REJECT(oobx__report_decode(b, len, &r, WHY), r, OOBX_ERR_PROTOCOL);
     static const int32_t bad[][6] = {
         {-1, 16, 0, 1, 1, 10}, {17, 16, 0, 1, 1, 10}, {0, 0, 0, 1, 1, 10},  {0, 16, 1, 1, 1, 10},
         {0, 16, -1, 2, 1, 10}, {0, 16, 0, 0, 1, 10},  {0, 16, 0, 17, 1, 10}, {0, 16, 0, 1, 0, 10},
@@ -135,7 +135,7 @@ static void test_report(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         report_bytes(b, bad[i][0], bad[i][1], bad[i][2], bad[i][3], (uint32_t)bad[i][4], (uint32_t)bad[i][5]);
-        EXPECT_REJECT(oobx_report_decode(b, OOBX_REPORT_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+        EXPECT_REJECT(oobx__report_decode(b, OOBX_REPORT_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     }
 }
 
@@ -147,27 +147,27 @@ static void test_reply(void **state)
     char why[256];
     le32(b, 0);
     le32(b + 4, 100);
-    assert_int_equal(oobx_reply_decode(b, OOBX_REPLY_BYTES, &r, why, sizeof why), 0);
+    assert_int_equal(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, why, sizeof why), 0);
     assert_int_equal(r.status, 0);
     assert_int_equal(r.len, 100);
     le32(b, (uint32_t)OOBX_ERR_MISMATCH);
     le32(b + 4, 50);
-    assert_int_equal(oobx_reply_decode(b, OOBX_REPLY_BYTES, &r, why, sizeof why), 0);
+    assert_int_equal(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, why, sizeof why), 0);
     assert_int_equal(r.status, OOBX_ERR_MISMATCH);
     for (size_t len = 0; len < OOBX_REPLY_BYTES; len++)
-        EXPECT_REJECT(oobx_reply_decode(b, len, &r, WHY), r, OOBX_ERR_PROTOCOL);
+        EXPECT_REJECT(oobx__reply_decode(b, len, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, 1);
-    EXPECT_REJECT(oobx_reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, (uint32_t)-1000);
-    EXPECT_REJECT(oobx_reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, 0);
     le32(b + 4, OOBX_ADDR_MAX + 1);
-    EXPECT_REJECT(oobx_reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, (uint32_t)OOBX_ERR_REMOTE);
     le32(b + 4, OOBX_REPLY_TEXT_MAX + 1);
-    EXPECT_REJECT(oobx_reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b + 4, 0xffffffffu);
-    EXPECT_REJECT(oobx_reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
 }
 
 static void msghdr_bytes(unsigned char *b, uint64_t ctx, uint64_t tag, uint64_t len, int32_t src, uint16_t kind,
@@ -188,27 +188,27 @@ static void test_msghdr(void **state)
     oobx_msg_hdr_t h;
     char why[256];
     msghdr_bytes(b, 0xabcdef0123ull, 42, 1u << 20, 7, OOBX_MSG_P2P, OOBX_MSGHDR_CHECK);
-    assert_int_equal(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, why, sizeof why), 0);
+    assert_int_equal(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, why, sizeof why), 0);
     assert_true(h.ctx == 0xabcdef0123ull && h.tag == 42 && h.len == (1u << 20) && h.src == 7 && h.kind == OOBX_MSG_P2P);
     unsigned char e[OOBX_MSGHDR_BYTES];
-    oobx_msghdr_encode(&h, e);
+    oobx__msghdr_encode(&h, e);
     assert_memory_equal(e, b, OOBX_MSGHDR_BYTES);
     msghdr_bytes(b, 0, 0, OOBX_MSG_MAX_LEN, 0, OOBX_MSG_CTRL, OOBX_MSGHDR_CHECK);
-    assert_int_equal(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, why, sizeof why), 0);
+    assert_int_equal(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, why, sizeof why), 0);
     for (size_t len = 0; len < OOBX_MSGHDR_BYTES; len++)
-        EXPECT_REJECT(oobx_msghdr_decode(b, len, &h, WHY), h, OOBX_ERR_PROTOCOL);
+        EXPECT_REJECT(oobx__msghdr_decode(b, len, &h, WHY), h, OOBX_ERR_PROTOCOL);
     msghdr_bytes(b, 0, 0, 10, 0, OOBX_MSG_P2P, 0x1234);
-    EXPECT_REJECT(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     msghdr_bytes(b, 0, 0, 10, 0, 0, OOBX_MSGHDR_CHECK);
-    EXPECT_REJECT(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     msghdr_bytes(b, 0, 0, 10, 0, 9, OOBX_MSGHDR_CHECK);
-    EXPECT_REJECT(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     msghdr_bytes(b, 0, 0, OOBX_MSG_MAX_LEN + 1, 0, OOBX_MSG_P2P, OOBX_MSGHDR_CHECK);
-    EXPECT_REJECT(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     msghdr_bytes(b, 0, 0, UINT64_MAX, 0, OOBX_MSG_P2P, OOBX_MSGHDR_CHECK);
-    EXPECT_REJECT(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
     msghdr_bytes(b, 0, 0, 10, -3, OOBX_MSG_P2P, OOBX_MSGHDR_CHECK);
-    EXPECT_REJECT(oobx_msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
+    EXPECT_REJECT(oobx__msghdr_decode(b, OOBX_MSGHDR_BYTES, &h, WHY), h, OOBX_ERR_PROTOCOL);
 }
 
 /* A reason buffer of 1 byte, or a tiny one, is still terminated. */
@@ -219,7 +219,7 @@ static void test_small_why(void **state)
     oobx_hello_t h;
     char why[8];
     memset(why, 'x', sizeof why);
-    assert_int_not_equal(oobx_hello_decode(b, sizeof b, &h, why, 5), 0);
+    assert_int_not_equal(oobx__hello_decode(b, sizeof b, &h, why, 5), 0);
     assert_true(memchr(why, 0, 5) != NULL);
     assert_int_equal(why[5], 'x');
 }
