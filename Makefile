@@ -3,10 +3,15 @@
 #   make test         install missing Debian packages, build, run the test suite
 #   make demo         install missing Debian packages, build, run the 8-rank demo
 #   make bench        the standard benchmark matrix (bench/)
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local [LIBDIR=... DESTDIR=...]; make uninstall
 #   make SAN=address|undefined|thread   sanitizer build in build-$(SAN)/
 
 PREFIX  ?= /usr/local
+# install directories, as packagers expect them (DESTDIR is prepended at install)
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR_INST ?= $(PREFIX)/bin
+MODULEDIR  ?= $(LIBDIR)/oobx
 SAN     ?=
 ifeq ($(SAN),)
 BUILD   ?= build
@@ -17,9 +22,18 @@ CC      ?= cc
 CXX     ?= c++
 PKG_CONFIG ?= pkg-config
 
+# the one source of the version: include/oobx.h
+version_part = $(shell sed -n 's/^\#define OOBX_VERSION_$(1) \([0-9]*\).*/\1/p' include/oobx.h)
+VERSION_MAJOR := $(call version_part,MAJOR)
+VERSION_MINOR := $(call version_part,MINOR)
+VERSION_PATCH := $(call version_part,PATCH)
+VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+SONAME  := liboobx.so.$(VERSION_MAJOR)
+
 OPT      ?= -O2
 CPPFLAGS += -D_GNU_SOURCE -Iinclude -Isrc -Itopo
-CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -fPIC -pthread
+# only what OOBX_API marks leaves a shared object
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -fPIC -pthread -fvisibility=hidden
 LDFLAGS  += -pthread
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer
@@ -33,39 +47,79 @@ HAVE_VERBS  := $(if $(and $(call have,libibverbs),$(call have,librdmacm)),1)
 HAVE_CMOCKA := $(call have,cmocka)
 HAVE_GBENCH := $(call have,benchmark)
 
-LIBDIR  := $(BUILD)/lib
+# build tree: BLD_LIB holds the libraries, BLD_LIB/oobx the transport modules
+BLD_LIB := $(BUILD)/lib
+BLD_MOD := $(BLD_LIB)/oobx
 BINDIR  := $(BUILD)/bin
 OBJDIR  := $(BUILD)/obj
 
 # ---- the core library -------------------------------------------------------
-CORE_SRC := $(wildcard src/*.c)
+CORE_SRC := $(filter-out src/moddir.c,$(wildcard src/*.c))
 LIB_LIBS := -ldl -lm
+PC_REQUIRES :=
 ifeq ($(HAVE_HWLOC),1)
 CPPFLAGS += -DOOBX_HAVE_HWLOC=1
 LIB_LIBS += $(shell $(PKG_CONFIG) --libs hwloc)
+PC_REQUIRES += hwloc
 endif
 include topo/topo.mk
 CORE_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(CORE_SRC) $(TOPO_SRC))
+$(CORE_OBJ): CPPFLAGS += -DOOBX_BUILDING_LIBRARY
+# pure helpers that the modules link as well (hidden in each)
+MODULE_CORE_OBJ := $(OBJDIR)/src/util.o $(OBJDIR)/src/ringbuf.o
 
-LIBOOBX_SO := $(LIBDIR)/liboobx.so
-LIBOOBX_A  := $(LIBDIR)/liboobx.a
+# the module directory: one object for the build tree, one for the install
+MODDIR_OBJ      := $(OBJDIR)/moddir-build.o
+MODDIR_INST_OBJ := $(OBJDIR)/moddir-install.o
+$(MODDIR_OBJ): src/moddir.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DOOBX_BUILDING_LIBRARY -DOOBX_MODULE_DIR_BUILTIN='"$(abspath $(BLD_MOD))"' $(CFLAGS) -c $< -o $@
+$(MODDIR_INST_OBJ): src/moddir.c FORCE
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DOOBX_BUILDING_LIBRARY -DOOBX_MODULE_DIR_BUILTIN='"$(MODULEDIR)"' $(CFLAGS) -c $< -o $@
 
-ALL_TARGETS := $(LIBOOBX_SO) $(LIBOOBX_A)
+LIBOOBX_SO_FILE := $(BLD_LIB)/liboobx.so.$(VERSION)
+LIBOOBX_SO := $(BLD_LIB)/liboobx.so
+LIBOOBX_A  := $(BLD_LIB)/liboobx.a
+# every internal symbol reachable, for the unit tests and oobx-info
+LIBOOBX_INT_A := $(OBJDIR)/liboobx-internal.a
+
+ALL_TARGETS := $(LIBOOBX_SO) $(LIBOOBX_A) $(LIBOOBX_INT_A)
 
 $(OBJDIR)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(LIBOOBX_SO): $(CORE_OBJ)
-	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,liboobx.so -o $@ $^ $(LDFLAGS) $(LIB_LIBS)
+# link_so OUT, MODDIR-OBJECT
+define link_so
+	@mkdir -p $(dir $(1))
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $(1) $(CORE_OBJ) $(2) $(LDFLAGS) $(LIB_LIBS)
+endef
+# link_a OUT, MODDIR-OBJECT: one relocatable object whose internals are local,
+# so that a static application can define any name it likes
+define link_a
+	@mkdir -p $(dir $(1))
+	$(LD) -r -o $(1:.a=.o) $(CORE_OBJ) $(2)
+	objcopy --localize-hidden $(1:.a=.o)
+	rm -f $(1) && ar rcs $(1) $(1:.a=.o) && rm -f $(1:.a=.o)
+endef
 
-$(LIBOOBX_A): $(CORE_OBJ)
+$(LIBOOBX_SO_FILE): $(CORE_OBJ) $(MODDIR_OBJ)
+	$(call link_so,$@,$(MODDIR_OBJ))
+$(LIBOOBX_SO): $(LIBOOBX_SO_FILE)
+	ln -sf liboobx.so.$(VERSION) $(BLD_LIB)/$(SONAME)
+	ln -sf $(SONAME) $@
+$(LIBOOBX_A): $(CORE_OBJ) $(MODDIR_OBJ)
+	$(call link_a,$@,$(MODDIR_OBJ))
+$(LIBOOBX_INT_A): $(CORE_OBJ) $(MODDIR_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
 # programs link the shared library and find it next to themselves
-PROG_LDFLAGS = $(LDFLAGS) -L$(LIBDIR) -Wl,-rpath,'$$ORIGIN/../lib' -loobx
+PROG_LDFLAGS = $(LDFLAGS) -L$(BLD_LIB) -Wl,-rpath,'$$ORIGIN/../lib' -loobx
+# modules: their objects and the pure helpers, nothing of the core
+MODULE_LDFLAGS = -shared -Wl,--no-undefined $(LDFLAGS)
+$(OBJDIR)/ucx/%.o $(OBJDIR)/verbs/%.o: CPPFLAGS += -DOOBX_MODULE
 
 # ---- optional parts, each in its own folder ----------------------------------
 include ucx/ucx.mk
@@ -98,18 +152,49 @@ run-demo: all
 	@sh tools/demo.sh $(BUILD)
 
 # ---- install ------------------------------------------------------------------
-install: all
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/oobx.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(LIBDIR)/liboobx*.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(LIBOOBX_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|1.0.0|g' oobx.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/oobx.pc
+# The installed library is linked again with the installed module directory.
+INST_STAGE := $(BUILD)/install
+INST_SO_FILE := $(INST_STAGE)/liboobx.so.$(VERSION)
+INST_A := $(INST_STAGE)/liboobx.a
+INST_MODULES = $(notdir $(MODULE_SOS))
+INST_PC := $(INST_STAGE)/oobx.pc
+
+$(INST_SO_FILE): $(CORE_OBJ) $(MODDIR_INST_OBJ)
+	$(call link_so,$@,$(MODDIR_INST_OBJ))
+$(INST_A): $(CORE_OBJ) $(MODDIR_INST_OBJ)
+	$(call link_a,$@,$(MODDIR_INST_OBJ))
+$(INST_PC): oobx.pc.in FORCE
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@REQUIRES_PRIVATE@|$(PC_REQUIRES)|g' \
+	    -e 's|@LIBS_PRIVATE@|$(filter-out $(shell $(PKG_CONFIG) --libs hwloc 2>/dev/null),$(LIB_LIBS)) -pthread|g' $< > $@
+
+install: all $(INST_SO_FILE) $(INST_A) $(INST_PC)
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(BINDIR_INST)
+	install -m 644 include/oobx.h include/oobx_debug.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 $(INST_SO_FILE) $(DESTDIR)$(LIBDIR)/
+	ln -sf liboobx.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/liboobx.so
+	install -m 644 $(INST_A) $(DESTDIR)$(LIBDIR)/
+	$(if $(MODULE_SOS),install -m 755 $(MODULE_SOS) $(DESTDIR)$(MODULEDIR)/)
+	install -m 644 $(INST_PC) $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR_INST)/
+
+# removes exactly what install put there (and the directories it made, when empty)
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/oobx.h $(DESTDIR)$(INCLUDEDIR)/oobx_debug.h
+	rm -f $(DESTDIR)$(LIBDIR)/liboobx.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/liboobx.so
+	rm -f $(DESTDIR)$(LIBDIR)/liboobx.a $(DESTDIR)$(LIBDIR)/pkgconfig/oobx.pc
+	rm -f $(addprefix $(DESTDIR)$(MODULEDIR)/,$(INST_MODULES))
+	rm -f $(addprefix $(DESTDIR)$(BINDIR_INST)/,$(notdir $(INSTALL_BINS)))
+	-rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig 2>/dev/null
+
+FORCE:
 
 clean:
 	rm -rf build build-*
 
-.PHONY: all deps test demo run-demo install clean check
+.PHONY: all deps test demo run-demo install uninstall clean check FORCE
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

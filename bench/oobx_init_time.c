@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "oobx.h"
-#include "comm_debug.h"
+#include "oobx_debug.h"
 
 enum { F_START, F_END, F_TOTAL, F_CREATE, F_DELAY, F_ROOT, F_RING, F_ALLGATHER, F_COUNT };
 
@@ -66,8 +66,7 @@ int main(int argc, char **argv)
     oobx_comm_rank(comm, &rank);
     oobx_comm_size(comm, &n);
 
-    oobx_init_timings_t t;
-    memset(&t, 0, sizeof t);
+    oobx_init_timings_t t = OOBX_INIT_TIMINGS_INIT;
     rc = oobx_comm_get_init_timings(comm, &t);
     if (rc != OOBX_SUCCESS)
         fprintf(stderr, "oobx-init-time: rank %d: no init timings: %s\n", rank, oobx_error_name(rc));

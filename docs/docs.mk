@@ -2,7 +2,7 @@
 DOC_EXAMPLES := $(patsubst docs/examples/%.c,$(BUILD)/docs/%,$(wildcard docs/examples/*.c))
 $(BUILD)/docs/%: docs/examples/%.c $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(LIBDIR) -Wl,-rpath,'$$ORIGIN/../lib' -loobx $(LDFLAGS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BLD_LIB) -Wl,-rpath,'$$ORIGIN/../lib' -loobx $(LDFLAGS)
 ALL_TARGETS += $(DOC_EXAMPLES)
 
 check-examples: $(DOC_EXAMPLES) $(BINDIR)/oobx-run

@@ -15,10 +15,26 @@
 extern "C" {
 #endif
 
+/* The one source of the version: the build reads these three lines for the
+ * soname (liboobx.so.MAJOR), the file name and oobx.pc. */
 #define OOBX_VERSION_MAJOR 1
-#define OOBX_VERSION_MINOR 0
+#define OOBX_VERSION_MINOR 1
 #define OOBX_VERSION_PATCH 0
-#define OOBX_VERSION_STRING "1.0.0"
+
+#define OOBX_VERSION_STR_(x) #x
+#define OOBX_VERSION_XSTR_(x) OOBX_VERSION_STR_(x)
+#define OOBX_VERSION_STRING                                                          \
+    OOBX_VERSION_XSTR_(OOBX_VERSION_MAJOR) "." OOBX_VERSION_XSTR_(OOBX_VERSION_MINOR) "." \
+        OOBX_VERSION_XSTR_(OOBX_VERSION_PATCH)
+/* (major << 16) | (minor << 8) | patch, the value of oobx_version_number() */
+#define OOBX_VERSION_HEX ((OOBX_VERSION_MAJOR << 16) | (OOBX_VERSION_MINOR << 8) | OOBX_VERSION_PATCH)
+
+/* Marks the calls the library exports; everything else in it is hidden. */
+#if defined(OOBX_BUILDING_LIBRARY) && defined(__GNUC__)
+#define OOBX_API __attribute__((visibility("default")))
+#else
+#define OOBX_API
+#endif
 
 #define OOBX_UNIQUE_ID_BYTES 128
 
@@ -67,57 +83,58 @@ typedef struct {
 
 /* Starts a root in this process (it serves until its ranks are answered, or
  * its deadline) and fills *id with its address and a fresh random magic. */
-int oobx_get_unique_id(oobx_unique_id_t *id);
+OOBX_API int oobx_get_unique_id(oobx_unique_id_t *id);
 
 /* Collective over nranks processes. nids > 1 is the multi-root start: ids[i]
  * is root i, serving the contiguous block of ranks i. cfg may be NULL. */
-int oobx_comm_init(oobx_comm_t *comm, int nranks, int rank, int nids,
+OOBX_API int oobx_comm_init(oobx_comm_t *comm, int nranks, int rank, int nids,
                    const oobx_unique_id_t *ids, const oobx_config_t *cfg);
 
 /* Rank and size from OOBX_RANK/OOBX_NRANKS, Slurm, Open MPI, PMI or torchrun;
  * roots from OOBX_COMM_ID=host:port[,host:port...] (else MASTER_ADDR/PORT). */
-int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg);
+OOBX_API int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg);
 
-int oobx_comm_rank(oobx_comm_t comm, int *rank);
-int oobx_comm_size(oobx_comm_t comm, int *nranks);
-const char *oobx_comm_transport(oobx_comm_t comm); /* "socket", "ucx", "verbs" */
+OOBX_API int oobx_comm_rank(oobx_comm_t comm, int *rank);
+OOBX_API int oobx_comm_size(oobx_comm_t comm, int *nranks);
+OOBX_API const char *oobx_comm_transport(oobx_comm_t comm); /* "socket", "ucx", "verbs" */
 
 /* In place: buf holds nranks slices of bytes_per_rank; this rank's own slice
  * is at rank * bytes_per_rank. */
-int oobx_allgather(oobx_comm_t comm, void *buf, size_t bytes_per_rank);
+OOBX_API int oobx_allgather(oobx_comm_t comm, void *buf, size_t bytes_per_rank);
 
 /* Tagged point-to-point. Messages between a pair with the same tag are
  * received in the order they were sent. oobx_send returns once buf may be
  * reused. Safe from several threads of one communicator at once. */
-int oobx_send(oobx_comm_t comm, int peer, int tag, const void *buf, size_t bytes);
-int oobx_recv(oobx_comm_t comm, int peer, int tag, void *buf, size_t capacity,
+OOBX_API int oobx_send(oobx_comm_t comm, int peer, int tag, const void *buf, size_t bytes);
+OOBX_API int oobx_recv(oobx_comm_t comm, int peer, int tag, void *buf, size_t capacity,
               size_t *received); /* received NULL: the size must equal capacity */
 
-int oobx_barrier(oobx_comm_t comm);
-int oobx_bcast(oobx_comm_t comm, int root, void *buf, size_t bytes);
+OOBX_API int oobx_barrier(oobx_comm_t comm);
+OOBX_API int oobx_bcast(oobx_comm_t comm, int root, void *buf, size_t bytes);
 
 /* The same over a subset of ranks (ranks[] lists communicator ranks, the same
  * list in the same order on every member; the caller must be in it). */
-int oobx_group_allgather(oobx_comm_t comm, const int *ranks, int n, void *buf,
+OOBX_API int oobx_group_allgather(oobx_comm_t comm, const int *ranks, int n, void *buf,
                          size_t bytes_per_rank);
-int oobx_group_barrier(oobx_comm_t comm, const int *ranks, int n);
-int oobx_group_bcast(oobx_comm_t comm, const int *ranks, int n, int root_index,
+OOBX_API int oobx_group_barrier(oobx_comm_t comm, const int *ranks, int n);
+OOBX_API int oobx_group_bcast(oobx_comm_t comm, const int *ranks, int n, int root_index,
                      void *buf, size_t bytes);
 
 /* Collective over parent. color < 0: this rank joins no child (*child = NULL).
  * Ranks of a child are ordered by key, then by parent rank. */
-int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child);
+OOBX_API int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child);
 
 /* From any thread: every blocked and later call on comm returns OOBX_ERR_ABORTED. */
-int oobx_comm_abort(oobx_comm_t comm);
+OOBX_API int oobx_comm_abort(oobx_comm_t comm);
 
 /* Releases every fd, thread and byte of comm. NULL is accepted. */
-int oobx_comm_destroy(oobx_comm_t comm);
+OOBX_API int oobx_comm_destroy(oobx_comm_t comm);
 
-const char *oobx_strerror(int status);   /* "timed out" */
-const char *oobx_error_name(int status); /* "OOBX_ERR_TIMEOUT" */
-const char *oobx_last_error(void);       /* this thread's last detailed message */
-const char *oobx_version(void);
+OOBX_API const char *oobx_strerror(int status);   /* "timed out" */
+OOBX_API const char *oobx_error_name(int status); /* "OOBX_ERR_TIMEOUT" */
+OOBX_API const char *oobx_last_error(void);       /* this thread's last detailed message */
+OOBX_API const char *oobx_version(void);           /* "1.1.0", the library's, not the header's */
+OOBX_API unsigned oobx_version_number(void); /* OOBX_VERSION_HEX of the library */
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "coll.h"
 #include "util.h"
 
 static int member(const coll_group_t *g, int i)
@@ -42,7 +42,7 @@ static int reqs_alloc(coll_reqs_t *q, int nr, int ns)
 
 /* Frees the requests; on an early end, those a transport may still touch
  * (and extra, a buffer they point into) go to the endpoint instead. */
-static void reqs_release(struct oobx_comm *c, coll_reqs_t *q, int posted_r, void *extra)
+static void reqs_release(const oobx__ep_view_t *c, coll_reqs_t *q, int posted_r, void *extra)
 {
     int keep = 0;
     for (int i = 0; i < posted_r; i++)
@@ -75,27 +75,27 @@ static int all_sent(const coll_reqs_t *q)
 }
 
 /* Text for a failed request to or from comm rank peer. */
-static int peer_error(struct oobx_comm *c, int status, int peer, const char *fmt, ...)
+static int peer_error(const oobx__ep_view_t *c, int status, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static int peer_error(struct oobx_comm *c, int status, int peer, const char *fmt, ...)
+static int peer_error(const oobx__ep_view_t *c, int status, int peer, const char *fmt, ...)
 {
     char what[600], who[160];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    comm_peer_name(c, peer, who, sizeof(who));
-    const char *why = oobx__ep_failed_what(c->ep, comm_ep_rank(c, peer));
+    oobx__ep_peer_name(c, peer, who, sizeof(who));
+    const char *why = oobx__ep_failed_what(c->ep, oobx__ep_view_rank(c, peer));
     if (status == OOBX_ERR_TRUNCATED)
-        return oobx__fail(&c->log, status, "rank %d: %s: %s sent more than expected (mismatched sizes between ranks?)",
+        return oobx__fail(c->log, status, "rank %d: %s: %s sent more than expected (mismatched sizes between ranks?)",
                          c->rank, what, who);
-    return oobx__fail(&c->log, status, "rank %d: %s: %s: %s", c->rank, what, who, why ? why : oobx_strerror(status));
+    return oobx__fail(c->log, status, "rank %d: %s: %s: %s", c->rank, what, who, why ? why : oobx_strerror(status));
 }
 
 /* ---- pipelined ring -------------------------------------------------------------- */
 
 typedef struct ring_run {
-    struct oobx_comm *c;
+    const oobx__ep_view_t *c;
     const coll_group_t *g;
     coll_reqs_t q;
     char *base;
@@ -135,7 +135,7 @@ static int ring_progress(void *arg)
     return rr->next_fwd == rr->q.nr && all_sent(&rr->q);
 }
 
-static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base, size_t stride, size_t bpr,
+static int ring_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char *base, size_t stride, size_t bpr,
                           size_t *lens)
 {
     int n = g->n, me = g->me;
@@ -147,7 +147,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
     rr.stride = stride;
     rr.bpr = bpr;
     rr.lens = lens;
-    rr.chunk = lens ? stride : c->settings.chunk_bytes;
+    rr.chunk = lens ? stride : c->settings->chunk_bytes;
     rr.nch = lens ? 1 : (int)((bpr + rr.chunk - 1) / rr.chunk);
     if (rr.nch < 1) rr.nch = 1;
     rr.next = member(g, (me + 1) % n);
@@ -157,7 +157,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
     int rc = reqs_alloc(&rr.q, nr, n * rr.nch);
     if (rc != 0) {
         reqs_release(c, &rr.q, 0, NULL);
-        return oobx__fail(&c->log, rc, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
+        return oobx__fail(c->log, rc, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
     }
     rr.q.tag = coll_tag(g, 0);
     rr.fwd_limit = (n - 2) * rr.nch;
@@ -184,7 +184,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
         return rc;
     }
     uint64_t t0 = oobx__now_ns();
-    rc = oobx__ep_wait(c, ring_progress, &rr, oobx__deadline(c->settings.timeout_ms));
+    rc = oobx__ep_wait(c, ring_progress, &rr, oobx__deadline(c->settings->timeout_ms));
     int bad = send_status(&rr.q);
     if (rc == 0 && rr.err_index >= 0) {
         int slice = (me - 1 - rr.err_index / rr.nch + n) % n;
@@ -197,7 +197,7 @@ static int ring_allgather(struct oobx_comm *c, const coll_group_t *g, char *base
     } else if (rc != 0) {
         int first = rr.next_fwd;
         int slice = (me - 1 - first / rr.nch + n) % n;
-        rc = comm_wait_error(c, rc,
+        rc = oobx__ep_wait_error(c, rc,
                              "allgather (ring) at rank %d: after %.0f ms, %d of %d pieces in; waiting for the data of "
                              "rank %d (the first whose data never came) from predecessor rank %d",
                              c->rank, (oobx__now_ns() - t0) / 1e6, first, nr, member(g, slice), prev);
@@ -225,7 +225,7 @@ static int pair_done(void *arg)
 }
 
 /* One exchange: send to `to`, receive from `from`; both comm ranks. */
-static int exchange(struct oobx_comm *c, coll_reqs_t *q, int to, const void *sbuf, size_t slen, int from, void *rbuf,
+static int exchange(const oobx__ep_view_t *c, coll_reqs_t *q, int to, const void *sbuf, size_t slen, int from, void *rbuf,
                     size_t rlen, const char *what)
 {
     q->ns = 0;
@@ -236,11 +236,11 @@ static int exchange(struct oobx_comm *c, coll_reqs_t *q, int to, const void *sbu
     q->ns = 1;
     pair_run_t p = {&q->r[0], &q->s[0]};
     uint64_t t0 = oobx__now_ns();
-    rc = oobx__ep_wait(c, pair_done, &p, oobx__deadline(c->settings.timeout_ms));
+    rc = oobx__ep_wait(c, pair_done, &p, oobx__deadline(c->settings->timeout_ms));
     if (rc != 0) {
         char who[160];
-        comm_peer_name(c, q->r[0].done ? to : from, who, sizeof(who));
-        return -1000 + comm_wait_error(c, rc, "rank %d: %s: after %.0f ms still waiting for %s %s", c->rank, what,
+        oobx__ep_peer_name(c, q->r[0].done ? to : from, who, sizeof(who));
+        return -1000 + oobx__ep_wait_error(c, rc, "rank %d: %s: after %.0f ms still waiting for %s %s", c->rank, what,
                                        (oobx__now_ns() - t0) / 1e6, q->r[0].done ? "the send to" : "the message of",
                                        who);
     }
@@ -249,7 +249,7 @@ static int exchange(struct oobx_comm *c, coll_reqs_t *q, int to, const void *sbu
     return 0;
 }
 
-static int finish_exchange(struct oobx_comm *c, coll_reqs_t *q, int rc, void *extra)
+static int finish_exchange(const oobx__ep_view_t *c, coll_reqs_t *q, int rc, void *extra)
 {
     int posted = rc <= -1000 ? 1 : 0; /* the receive may still be queued */
     if (rc <= -1000) rc += 1000;
@@ -257,14 +257,14 @@ static int finish_exchange(struct oobx_comm *c, coll_reqs_t *q, int rc, void *ex
     return rc;
 }
 
-static int bruck_allgather(struct oobx_comm *c, const coll_group_t *g, char *buf, size_t bpr)
+static int bruck_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char *buf, size_t bpr)
 {
     int n = g->n, me = g->me;
     char *tmp = malloc((size_t)n * bpr);
     coll_reqs_t q;
     if (!tmp || reqs_alloc(&q, 1, 1) != 0) {
         free(tmp);
-        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a Bruck allgather", c->rank);
+        return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a Bruck allgather", c->rank);
     }
     memcpy(tmp, buf + (size_t)me * bpr, bpr);
     int rc = 0;
@@ -302,7 +302,7 @@ static int gather_done(void *arg)
 /* Gathers every member's slice (bpr bytes, 0 for a barrier) into group rank
  * 0's buf. A subtree's slices are contiguous, so each child sends its whole
  * range in one message: n-1 messages in all. */
-static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, size_t bpr, const char *what)
+static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *buf, size_t bpr, const char *what)
 {
     int n = g->n, vr = g->me;
     int low = 1;
@@ -310,7 +310,7 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
     coll_reqs_t q;
     if (reqs_alloc(&q, 32, 1) != 0) {
         reqs_release(c, &q, 0, NULL);
-        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+        return oobx__fail(c->log, OOBX_ERR_NOMEM, "out of memory");
     }
     q.tag = coll_tag(g, 1);
     int rc = 0, posted = 0;
@@ -324,7 +324,7 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
     }
     gather_run_t gr = {&q, posted};
     uint64_t t0 = oobx__now_ns();
-    if (rc == 0) rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings.timeout_ms));
+    if (rc == 0) rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings->timeout_ms));
     for (int i = 0; rc == 0 && i < posted; i++)
         if (q.r[i].status) {
             rc = peer_error(c, q.r[i].status, member(g, children[i]), "%s (gather): receiving", what);
@@ -337,7 +337,7 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
     if (rc != 0) {
         int k = 0;
         while (k < posted && q.r[k].done) k++;
-        rc = comm_wait_error(c, rc, "rank %d: %s (gather): after %.0f ms still waiting for group rank %d (rank %d)",
+        rc = oobx__ep_wait_error(c, rc, "rank %d: %s (gather): after %.0f ms still waiting for group rank %d (rank %d)",
                              c->rank, what, (oobx__now_ns() - t0) / 1e6, children[k < posted ? k : 0],
                              member(g, children[k < posted ? k : 0]));
         reqs_release(c, &q, posted, NULL);
@@ -350,9 +350,9 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
         if (rc == 0) {
             q.ns = 1;
             gr.nr = 0;
-            rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings.timeout_ms));
+            rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings->timeout_ms));
             if (rc != 0)
-                rc = comm_wait_error(c, rc, "rank %d: %s (gather): sending to rank %d", c->rank, what,
+                rc = oobx__ep_wait_error(c, rc, "rank %d: %s (gather): sending to rank %d", c->rank, what,
                                      member(g, parent));
             else if (q.s[0].tp.status)
                 rc = peer_error(c, q.s[0].tp.status, member(g, parent), "%s (gather): sending", what);
@@ -362,12 +362,12 @@ static int tree_gather(struct oobx_comm *c, const coll_group_t *g, char *buf, si
     return rc;
 }
 
-int oobx__coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
+int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
 {
     if (g->n == 1 || bpr == 0) return 0;
     if (!strcmp(algo, "bruck")) return bruck_allgather(c, g, buf, bpr);
     if (!strcmp(algo, "ring")) return ring_allgather(c, g, buf, bpr, bpr, NULL);
-    int small = g->n > 2 && (size_t)g->n * bpr <= c->settings.bruck_max_bytes;
+    int small = g->n > 2 && (size_t)g->n * bpr <= c->settings->bruck_max_bytes;
     int tree = !strcmp(algo, "tree") || (small && c->ep->oversubscribed);
     if (tree) {
         int rc = tree_gather(c, g, buf, bpr, "allgather (tree)");
@@ -377,16 +377,15 @@ int oobx__coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, 
     return ring_allgather(c, g, buf, bpr, bpr, NULL);
 }
 
-int oobx__coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *lens)
+int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens)
 {
-    coll_group_t g = {.n = c->nranks, .me = c->rank, .members = NULL, .gid = 0, .seq = c->coll_seq++};
-    if (c->nranks == 1) return 0;
-    return ring_allgather(c, &g, items, cap, cap, lens);
+    if (g->n == 1) return 0;
+    return ring_allgather(c, g, items, cap, cap, lens);
 }
 
 /* ---- barrier ---------------------------------------------------------------------------- */
 
-int oobx__coll_barrier(struct oobx_comm *c, const coll_group_t *g)
+int oobx__coll_barrier(const oobx__ep_view_t *c, const coll_group_t *g)
 {
     int n = g->n, me = g->me;
     if (n == 1) return 0;
@@ -396,7 +395,7 @@ int oobx__coll_barrier(struct oobx_comm *c, const coll_group_t *g)
         return rc ? rc : oobx__coll_bcast(c, g, 0, NULL, 0);
     }
     coll_reqs_t q;
-    if (reqs_alloc(&q, 1, 1) != 0) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    if (reqs_alloc(&q, 1, 1) != 0) return oobx__fail(c->log, OOBX_ERR_NOMEM, "out of memory");
     int rc = 0;
     unsigned step = 0;
     for (int dist = 1; dist < n && rc == 0; dist <<= 1, step++) {
@@ -412,7 +411,7 @@ int oobx__coll_barrier(struct oobx_comm *c, const coll_group_t *g)
 /* ---- broadcast: binomial tree, chunks forwarded as they land ------------------------------ */
 
 typedef struct bcast_run {
-    struct oobx_comm *c;
+    const oobx__ep_view_t *c;
     coll_reqs_t q;
     int children[32];
     int nchildren;
@@ -444,7 +443,7 @@ static int bcast_progress(void *arg)
     return b->next_fwd == b->q.nr && all_sent(&b->q);
 }
 
-int oobx__coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, size_t bytes)
+int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, void *buf, size_t bytes)
 {
     int n = g->n;
     if (n == 1) return 0;
@@ -463,12 +462,12 @@ int oobx__coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void 
     b.err = -1;
     for (int m = mask >> 1; m > 0; m >>= 1)
         if (vr + m < n) b.children[b.nchildren++] = member(g, (vr + m + root) % n);
-    size_t chunk = c->settings.chunk_bytes;
+    size_t chunk = c->settings->chunk_bytes;
     int nch = bytes ? (int)((bytes + chunk - 1) / chunk) : 1;
     int rc = reqs_alloc(&b.q, parent >= 0 ? nch : 0, nch * (b.nchildren ? b.nchildren : 1));
     if (rc != 0) {
         reqs_release(c, &b.q, 0, NULL);
-        return oobx__fail(&c->log, rc, "out of memory for a broadcast");
+        return oobx__fail(c->log, rc, "out of memory for a broadcast");
     }
     b.q.tag = coll_tag(g, 0);
     int posted = 0;
@@ -495,7 +494,7 @@ int oobx__coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void 
         return rc;
     }
     uint64_t t0 = oobx__now_ns();
-    rc = oobx__ep_wait(c, bcast_progress, &b, oobx__deadline(c->settings.timeout_ms));
+    rc = oobx__ep_wait(c, bcast_progress, &b, oobx__deadline(c->settings->timeout_ms));
     int bad = send_status(&b.q);
     if (rc == 0 && b.err >= 0) {
         rc = peer_error(c, b.q.r[b.err].status, parent, "broadcast from group rank %d: receiving", root);
@@ -505,7 +504,7 @@ int oobx__coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void 
         rc = peer_error(c, b.q.s[bad].tp.status, b.children[bad % (b.nchildren ? b.nchildren : 1)],
                         "broadcast: sending");
     } else if (rc != 0) {
-        rc = comm_wait_error(c, rc, "broadcast from group rank %d at rank %d: after %.0f ms, %d of %d chunks in from parent rank %d",
+        rc = oobx__ep_wait_error(c, rc, "broadcast from group rank %d at rank %d: after %.0f ms, %d of %d chunks in from parent rank %d",
                              root, c->rank, (oobx__now_ns() - t0) / 1e6, b.next_fwd, b.q.nr, parent);
     }
     reqs_release(c, &b.q, posted, NULL);

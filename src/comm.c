@@ -1,5 +1,5 @@
-/* Communicators: init (root rendezvous, ring, address allgather), the public
- * calls, split, abort and destroy. */
+/* Communicators: init (root rendezvous, ring, address allgather), the
+ * collective calls, split, abort and destroy. p2p calls are in p2p.c. */
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,44 +7,24 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "coll.h"
+#include "comm.h"
 #include "root.h"
+#include "tp_module.h"
+#include "tp_table.h"
 #include "topo.h"
 #include "util.h"
 #include "wire.h"
 
 /* ---- helpers ---- */
 
-void comm_peer_name(struct oobx_comm *c, int r, char *buf, size_t len)
-{
-    if (r < 0 || r >= c->nranks) {
-        snprintf(buf, len, "rank %d", r);
-        return;
-    }
-    char tmp[160];
-    c->ep->tp->ops->peer_name(c->ep->tp, comm_ep_rank(c, r), tmp, sizeof(tmp));
-    if (c->ep_rank) snprintf(buf, len, "rank %d (%s of the parent)", r, tmp);
-    else snprintf(buf, len, "%s", tmp);
-}
-
-int comm_wait_error(struct oobx_comm *c, int rc, const char *fmt, ...)
-{
-    char what[900];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    if (rc == OOBX_ERR_ABORTED) return oobx__fail(&c->log, rc, "%s: aborted", what);
-    return oobx__fail(&c->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, c->settings.timeout_ms);
-}
-
-static int check_comm(oobx_comm_t c, const char *fn)
+int oobx__comm_check(struct oobx_comm *c, const char *fn)
 {
     if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "%s: communicator is NULL", fn);
     if (atomic_load(&c->aborted))
-        return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the communicator was aborted", fn, c->rank);
-    if (c->user_abort && *c->user_abort)
-        return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the abort flag is set", fn, c->rank);
+        return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the communicator was aborted", fn, c->v.rank);
+    if (c->v.user_abort && *c->v.user_abort)
+        return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the abort flag is set", fn, c->v.rank);
     return 0;
 }
 
@@ -54,6 +34,9 @@ static struct oobx_comm *comm_alloc(const oobx_settings_t *s)
     if (!c) return NULL;
     c->settings = *s;
     atomic_init(&c->aborted, 0);
+    c->v.log = &c->log;
+    c->v.settings = &c->settings;
+    c->v.aborted = &c->aborted;
     return c;
 }
 
@@ -68,33 +51,40 @@ static void comm_free(struct oobx_comm *c)
 
 /* ---- transports ---- */
 
-static uint32_t tpid_of(const char *name)
+static int auto_cmp(const void *a, const void *b)
 {
-    if (!strcmp(name, "ucx")) return OOBX_TPID_UCX;
-    if (!strcmp(name, "verbs")) return OOBX_TPID_VERBS;
-    return OOBX_TPID_SOCKET;
+    const oobx__tp_entry_t *x = *(const oobx__tp_entry_t *const *)a, *y = *(const oobx__tp_entry_t *const *)b;
+    return x->auto_order - y->auto_order;
 }
 
+/* The transport the settings ask for, or under auto the first of the table's
+ * auto order that loads and creates an instance (the others said at info
+ * level). A transport asked for by name that cannot run is an error. */
 static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char **chosen)
 {
     const char *want = c->settings.transport;
-    char why[512];
-    const char *order[3];
+    char why[768];
+    int ntab;
+    const oobx__tp_entry_t *tab = oobx__tp_table(&ntab);
+    const oobx__tp_entry_t *order[8];
     int n = 0;
     if (!strcmp(want, "auto")) {
-        order[n++] = "ucx";
-        order[n++] = "verbs";
-        order[n++] = "socket";
+        for (int i = 0; i < ntab && n < (int)OOBX_ARRAY_SIZE(order); i++)
+            if (tab[i].auto_order > 0) order[n++] = &tab[i];
+        qsort(order, (size_t)n, sizeof(order[0]), auto_cmp);
     } else {
-        order[n++] = want;
+        order[n] = oobx__tp_find(want);
+        if (!order[n]) return oobx__fail(&c->log, OOBX_ERR_INVALID, "rank %d: no transport named \"%s\"", c->v.rank, want);
+        n++;
     }
     int rc = OOBX_ERR_UNAVAILABLE;
     for (int i = 0; i < n; i++) {
         const oobx_tp_ops_t *ops;
-        rc = oobx__tp_lookup(order[i], &ops, why, sizeof(why));
+        rc = oobx__tp_lookup(order[i]->name, &c->settings, &ops, why, sizeof(why));
         if (rc == 0) {
-            rc = ops->create(p, &c->ep->tp);
+            rc = ops->create(p, &c->v.ep->tp);
             if (rc != 0) snprintf(why, sizeof(why), "%s", oobx_last_error());
+            else c->v.ep->ops = ops;
         }
         if (rc == 0) {
             *chosen = ops->name;
@@ -102,15 +92,22 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
             return 0;
         }
         if (n > 1 && i + 1 < n) {
-            OOBX_INFO(&c->log, "transport %s not used: %s; trying %s", order[i], why, order[i + 1]);
+            OOBX_INFO(&c->log, "transport %s not used: %s; trying %s", order[i]->name, why, order[i + 1]->name);
             continue;
         }
-        return oobx__fail(&c->log, rc, "rank %d: transport %s cannot run: %s", c->rank, order[i], why);
+        return oobx__fail(&c->log, rc, "rank %d: transport %s cannot run: %s", c->v.rank, order[i]->name, why);
     }
     return rc;
 }
 
 /* ---- init ---- */
+
+static coll_group_t whole(struct oobx_comm *c)
+{
+    coll_group_t g = {.n = c->v.nranks, .me = c->v.rank, .members = NULL, .gid = 0, .seq = c->coll_seq++};
+    return g;
+}
+
 
 /* The core's part of a rank's card, before the transport address:
  * u16 magic, u16 CPUs online, u32 zero, u64 host hash. */
@@ -172,29 +169,29 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     char prefix[96];
     snprintf(prefix, sizeof(prefix), "rank %d/%d", rank, nranks);
     oobx__log_open(&c->log, s, prefix);
-    c->rank = rank;
-    c->nranks = nranks;
-    c->user_abort = cfg && cfg->struct_size >= offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag)
+    c->v.rank = rank;
+    c->v.nranks = nranks;
+    c->v.user_abort = cfg && cfg->struct_size >= offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag)
                         ? cfg->abort_flag
                         : NULL;
-    c->ctx = roots[0].magic;
+    c->v.ctx = roots[0].magic;
     c->root_magic = hosted_magic;
-    oobx_cancel_t cancel = {.deadline_ns = oobx__deadline(s->timeout_ms), .user_abort = c->user_abort,
+    oobx_cancel_t cancel = {.deadline_ns = oobx__deadline(s->timeout_ms), .user_abort = c->v.user_abort,
                             .aborted = &c->aborted};
-    int rc = oobx__ep_create(s, &c->log, &c->ep);
-    if (rc == 0) rc = oobx__ep_set_size(c->ep, rank, nranks);
+    int rc = oobx__ep_create(s, &c->log, &c->v.ep);
+    if (rc == 0) rc = oobx__ep_set_size(c->v.ep, rank, nranks);
     if (rc != 0) {
         comm_free(c);
         return oobx__fail(NULL, rc, "rank %d: cannot create its endpoint: %s", rank, oobx_last_error());
     }
-    oobx_tp_params_t p = {.rank = rank, .nranks = nranks, .magic = c->ctx, .settings = &c->settings,
-                          .log = &c->log, .sink = oobx__ep_sink(c->ep), .root_hint = &roots[0].addr.sa,
+    oobx_tp_params_t p = {.rank = rank, .nranks = nranks, .magic = c->v.ctx, .settings = &c->settings,
+                          .log = &c->log, .sink = oobx__ep_sink(c->v.ep), .root_hint = &roots[0].addr.sa,
                           .root_hint_len = oobx__sock_addr_len(&roots[0].addr),
-                          .wake_fd = c->ep->wake_fd};
+                          .wake_fd = c->v.ep->wake_fd, .core = &oobx__core_api};
     const char *tname = "socket";
-    pthread_mutex_lock(&c->ep->lock);
+    pthread_mutex_lock(&c->v.ep->lock);
     rc = transport_open(c, &p, &tname);
-    pthread_mutex_unlock(&c->ep->lock);
+    pthread_mutex_unlock(&c->v.ep->lock);
     if (rc != 0) goto fail;
     snprintf(c->transport, sizeof(c->transport), "%s", tname);
     uint64_t t_create = oobx__now_ns();
@@ -203,12 +200,12 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     size_t *lens = NULL;
     unsigned char blob[OOBX_ADDR_MAX], next_blob[OOBX_ADDR_MAX];
     size_t blob_len = sizeof(blob), next_len = 0;
-    rc = c->ep->tp->ops->address(c->ep->tp, blob, &blob_len);
+    rc = c->v.ep->ops->address(c->v.ep->tp, blob, &blob_len);
     if (rc != 0) {
         rc = oobx__fail(&c->log, rc, "rank %d: transport %s has no address: %s", rank, tname, oobx_last_error());
         goto fail;
     }
-    root_client_t rcl = {.rank = rank, .nranks = nranks, .nroots = nids, .roots = roots, .tpid = tpid_of(tname),
+    root_client_t rcl = {.rank = rank, .nranks = nranks, .nroots = nids, .roots = roots, .tpid = oobx__tp_find(tname)->id,
                          .blob = blob, .blob_len = blob_len, .settings = &c->settings, .log = &c->log,
                          .cancel = &cancel};
     double delay = 0;
@@ -218,9 +215,9 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     c->timings.delay = delay;
 
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
-    pthread_mutex_lock(&c->ep->lock);
-    if (nranks > 1) rc = c->ep->tp->ops->set_peer(c->ep->tp, next, next_blob, next_len);
-    if (rc == 0 && nranks > 1 && c->ep->tp->ops->ring) rc = c->ep->tp->ops->ring(c->ep->tp, -1, next);
+    pthread_mutex_lock(&c->v.ep->lock);
+    if (nranks > 1) rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, next_blob, next_len);
+    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
     uint64_t t_ring = oobx__now_ns();
     /* every rank's card (host and CPUs, then the transport address), over the ring */
     const size_t cap = CARD_HDR + OOBX_ADDR_MAX;
@@ -231,7 +228,8 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
         card_header(items + (size_t)rank * cap);
         memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
         lens[rank] = CARD_HDR + blob_len;
-        rc = oobx__coll_ring_allgatherv(c, items, cap, lens);
+        coll_group_t g = whole(c);
+        rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens);
     }
     for (int r = 0; rc == 0 && r < nranks; r++) {
         if (lens[r] <= CARD_HDR || oobx__get_u16((unsigned char *)items + (size_t)r * cap) != CARD_MAGIC) {
@@ -240,16 +238,16 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
             break;
         }
         if (r == rank) continue;
-        rc = c->ep->tp->ops->set_peer(c->ep->tp, r, items + (size_t)r * cap + CARD_HDR, lens[r] - CARD_HDR);
+        rc = c->v.ep->ops->set_peer(c->v.ep->tp, r, items + (size_t)r * cap + CARD_HDR, lens[r] - CARD_HDR);
         if (rc != 0)
             rc = oobx__fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
                            lens[r] - CARD_HDR, oobx_last_error());
     }
-    if (rc == 0) c->ep->oversubscribed = cards_oversubscribed((unsigned char *)items, cap, nranks);
-    if (rc == 0 && c->ep->oversubscribed)
+    if (rc == 0) c->v.ep->oversubscribed = cards_oversubscribed((unsigned char *)items, cap, nranks);
+    if (rc == 0 && c->v.ep->oversubscribed)
         OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
-    if (rc == 0 && nranks > 1 && c->ep->tp->ops->ring) rc = c->ep->tp->ops->ring(c->ep->tp, prev, next);
-    pthread_mutex_unlock(&c->ep->lock);
+    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, prev, next);
+    pthread_mutex_unlock(&c->v.ep->lock);
     free(items);
     free(lens);
     if (rc != 0) goto fail;
@@ -269,7 +267,7 @@ fail:
         int saved = rc;
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", oobx_last_error());
-        oobx__ep_release(c->ep);
+        oobx__ep_release(c->v.ep);
         comm_free(c);
         oobx__set_last_error("%s", msg);
         return saved;
@@ -451,14 +449,14 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
 int oobx_comm_rank(oobx_comm_t c, int *rank)
 {
     if (!c || !rank) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_rank: NULL argument");
-    *rank = c->rank;
+    *rank = c->v.rank;
     return 0;
 }
 
 int oobx_comm_size(oobx_comm_t c, int *nranks)
 {
     if (!c || !nranks) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_size: NULL argument");
-    *nranks = c->nranks;
+    *nranks = c->v.nranks;
     return 0;
 }
 
@@ -469,8 +467,13 @@ const char *oobx_comm_transport(oobx_comm_t c)
 
 int oobx_comm_get_init_timings(oobx_comm_t c, oobx_init_timings_t *t)
 {
-    if (!c || !t) return OOBX_ERR_INVALID;
-    *t = c->timings;
+    if (!c || !t) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_get_init_timings: NULL argument");
+    size_t want = t->struct_size ? t->struct_size : sizeof(*t);
+    if (want < offsetof(oobx_init_timings_t, total) + sizeof(double))
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_get_init_timings: struct_size %zu is too small", want);
+    oobx_init_timings_t all = c->timings;
+    all.struct_size = want < sizeof(all) ? want : sizeof(all);
+    memcpy(t, &all, all.struct_size);
     return 0;
 }
 
@@ -484,112 +487,6 @@ int oobx_debug_count_fds(void)
         if (e->d_name[0] != '.') n++;
     closedir(d);
     return n - 1; /* the directory's own fd */
-}
-
-/* ---- p2p ---- */
-
-typedef struct one_req {
-    oobx_rreq_t *r;
-    oobx_sreq_t *s;
-} one_req_t;
-
-static int one_done(void *arg)
-{
-    one_req_t *o = arg;
-    return o->r ? o->r->done : o->s->tp.done;
-}
-
-static uint64_t p2p_tag(int tag)
-{
-    return (uint64_t)(uint32_t)tag;
-}
-
-int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
-{
-    int rc = check_comm(c, "oobx_send");
-    if (rc) return rc;
-    if (peer < 0 || peer >= c->nranks)
-        return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: peer %d is not in 0..%d", c->rank, peer,
-                         c->nranks - 1);
-    if (!buf && bytes) return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: buf is NULL", c->rank);
-    oobx_sreq_t *s = malloc(sizeof(*s));
-    if (!s) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
-    pthread_mutex_lock(&c->ep->lock);
-    rc = oobx__ep_isend(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, bytes, s);
-    if (rc == 0 && !s->tp.done) {
-        one_req_t o = {NULL, s};
-        uint64_t t0 = oobx__now_ns();
-        rc = oobx__ep_wait(c, one_done, &o, oobx__deadline(c->settings.timeout_ms));
-        if (rc != 0) {
-            char who[160];
-            comm_peer_name(c, peer, who, sizeof(who));
-            rc = comm_wait_error(c, rc, "oobx_send of %zu bytes (tag %d) from rank %d to %s after %.0f ms", bytes, tag,
-                                 c->rank, who, (oobx__now_ns() - t0) / 1e6);
-            oobx__ep_adopt(c->ep, s);
-            s = NULL;
-        }
-    }
-    if (rc == 0 && s->tp.status) {
-        char who[160];
-        comm_peer_name(c, peer, who, sizeof(who));
-        const char *why = oobx__ep_failed_what(c->ep, comm_ep_rank(c, peer));
-        rc = oobx__fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->rank, who,
-                       why ? why : oobx_strerror(s->tp.status));
-    }
-    pthread_mutex_unlock(&c->ep->lock);
-    free(s);
-    return rc;
-}
-
-int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size_t *received)
-{
-    int rc = check_comm(c, "oobx_recv");
-    if (rc) return rc;
-    if (peer < 0 || peer >= c->nranks)
-        return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: peer %d is not in 0..%d", c->rank, peer,
-                         c->nranks - 1);
-    if (!buf && capacity) return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: buf is NULL", c->rank);
-    oobx_rreq_t *r = malloc(sizeof(*r));
-    if (!r) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
-    char who[160];
-    pthread_mutex_lock(&c->ep->lock);
-    rc = oobx__ep_irecv(c, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, capacity, r);
-    if (rc == 0) {
-        uint64_t t0 = 0;
-        if (!r->done) {
-            one_req_t o = {r, NULL};
-            t0 = oobx__now_ns();
-            rc = oobx__ep_wait(c, one_done, &o, oobx__deadline(c->settings.timeout_ms));
-        }
-        if (rc != 0 || r->status || (!received && r->received != capacity))
-            comm_peer_name(c, peer, who, sizeof(who)); /* only errors need the name */
-        if (rc != 0) {
-            rc = comm_wait_error(c, rc, "oobx_recv at rank %d from %s (tag %d, capacity %zu) after %.0f ms", c->rank,
-                                 who, tag, capacity, (oobx__now_ns() - t0) / 1e6);
-            if (oobx__ep_cancel_recv(c, OOBX_MSG_P2P, p2p_tag(tag), r)) {
-                oobx__ep_adopt(c->ep, r);
-                r = NULL;
-            }
-        } else if (r->status == OOBX_ERR_TRUNCATED) {
-            rc = oobx__fail(&c->log, OOBX_ERR_TRUNCATED,
-                           "oobx_recv at rank %d: the message from %s (tag %d) has %zu bytes, more than the capacity %zu",
-                           c->rank, who, tag, r->msg_len, capacity);
-        } else if (r->status) {
-            const char *why = oobx__ep_failed_what(c->ep, comm_ep_rank(c, peer));
-            rc = oobx__fail(&c->log, r->status, "oobx_recv at rank %d from %s (tag %d): %s", c->rank, who, tag,
-                           why ? why : oobx_strerror(r->status));
-        } else if (!received && r->received != capacity) {
-            rc = oobx__fail(&c->log, OOBX_ERR_TRUNCATED,
-                           "oobx_recv at rank %d: the message from %s (tag %d) has %zu bytes but %zu were expected (pass "
-                           "`received` to accept shorter messages)",
-                           c->rank, who, tag, r->received, capacity);
-        } else if (received) {
-            *received = r->received;
-        }
-    }
-    pthread_mutex_unlock(&c->ep->lock);
-    free(r);
-    return rc;
 }
 
 /* ---- collectives ---- */
@@ -613,18 +510,18 @@ static uint32_t group_seq(struct oobx_comm *c, uint64_t gid)
 
 static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int n, coll_group_t *g)
 {
-    if (!ranks || n < 1 || n > c->nranks)
+    if (!ranks || n < 1 || n > c->v.nranks)
         return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: %d ranks in the group (1..%d allowed, ranks not NULL)",
-                         fn, c->rank, n, c->nranks);
+                         fn, c->v.rank, n, c->v.nranks);
     int me = -1;
     for (int i = 0; i < n; i++) {
-        if (ranks[i] < 0 || ranks[i] >= c->nranks)
+        if (ranks[i] < 0 || ranks[i] >= c->v.nranks)
             return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: group entry %d is rank %d, not in 0..%d", fn,
-                             c->rank, i, ranks[i], c->nranks - 1);
-        if (ranks[i] == c->rank) me = i;
+                             c->v.rank, i, ranks[i], c->v.nranks - 1);
+        if (ranks[i] == c->v.rank) me = i;
     }
     if (me < 0)
-        return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d is not in the group it was called with", fn, c->rank);
+        return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d is not in the group it was called with", fn, c->v.rank);
     uint64_t gid = oobx__hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0xffffffull;
     if (gid == 0) gid = 1;
     g->n = n;
@@ -635,26 +532,21 @@ static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int
     return 0;
 }
 
-static coll_group_t whole(struct oobx_comm *c)
-{
-    coll_group_t g = {.n = c->nranks, .me = c->rank, .members = NULL, .gid = 0, .seq = c->coll_seq++};
-    return g;
-}
 
 #define COLL_ENTER(fn)                        \
-    int rc = check_comm(c, fn);               \
+    int rc = oobx__comm_check(c, fn);               \
     if (rc) return rc;                        \
-    pthread_mutex_lock(&c->ep->lock)
+    pthread_mutex_lock(&c->v.ep->lock)
 #define COLL_LEAVE()                      \
-    pthread_mutex_unlock(&c->ep->lock);   \
+    pthread_mutex_unlock(&c->v.ep->lock);   \
     return rc
 
 int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
 {
     COLL_ENTER("oobx_allgather");
-    if (!buf && bpr) rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->rank);
+    if (!buf && bpr) rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->v.rank);
     coll_group_t g = whole(c);
-    if (rc == 0) rc = oobx__coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
+    if (rc == 0) rc = oobx__coll_allgather(&c->v, &g, buf, bpr, c->settings.allgather_algo);
     COLL_LEAVE();
 }
 
@@ -662,20 +554,20 @@ int oobx_barrier(oobx_comm_t c)
 {
     COLL_ENTER("oobx_barrier");
     coll_group_t g = whole(c);
-    rc = oobx__coll_barrier(c, &g);
+    rc = oobx__coll_barrier(&c->v, &g);
     COLL_LEAVE();
 }
 
 int oobx_bcast(oobx_comm_t c, int root, void *buf, size_t bytes)
 {
     COLL_ENTER("oobx_bcast");
-    if (root < 0 || root >= c->nranks)
-        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: root %d is not in 0..%d", c->rank, root,
-                       c->nranks - 1);
+    if (root < 0 || root >= c->v.nranks)
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: root %d is not in 0..%d", c->v.rank, root,
+                       c->v.nranks - 1);
     else if (!buf && bytes)
-        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: buf is NULL", c->rank);
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_bcast: rank %d: buf is NULL", c->v.rank);
     coll_group_t g = whole(c);
-    if (rc == 0) rc = oobx__coll_bcast(c, &g, root, buf, bytes);
+    if (rc == 0) rc = oobx__coll_bcast(&c->v, &g, root, buf, bytes);
     COLL_LEAVE();
 }
 
@@ -685,8 +577,8 @@ int oobx_group_allgather(oobx_comm_t c, const int *ranks, int n, void *buf, size
     coll_group_t g;
     rc = make_group(c, "oobx_group_allgather", ranks, n, &g);
     if (rc == 0 && !buf && bpr)
-        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_allgather: rank %d: buf is NULL", c->rank);
-    if (rc == 0) rc = oobx__coll_allgather(c, &g, buf, bpr, c->settings.allgather_algo);
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_allgather: rank %d: buf is NULL", c->v.rank);
+    if (rc == 0) rc = oobx__coll_allgather(&c->v, &g, buf, bpr, c->settings.allgather_algo);
     COLL_LEAVE();
 }
 
@@ -695,7 +587,7 @@ int oobx_group_barrier(oobx_comm_t c, const int *ranks, int n)
     COLL_ENTER("oobx_group_barrier");
     coll_group_t g;
     rc = make_group(c, "oobx_group_barrier", ranks, n, &g);
-    if (rc == 0) rc = oobx__coll_barrier(c, &g);
+    if (rc == 0) rc = oobx__coll_barrier(&c->v, &g);
     COLL_LEAVE();
 }
 
@@ -705,11 +597,11 @@ int oobx_group_bcast(oobx_comm_t c, const int *ranks, int n, int root_index, voi
     coll_group_t g;
     rc = make_group(c, "oobx_group_bcast", ranks, n, &g);
     if (rc == 0 && (root_index < 0 || root_index >= n))
-        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: root index %d is not in 0..%d", c->rank,
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: root index %d is not in 0..%d", c->v.rank,
                        root_index, n - 1);
     if (rc == 0 && !buf && bytes)
-        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: buf is NULL", c->rank);
-    if (rc == 0) rc = oobx__coll_bcast(c, &g, root_index, buf, bytes);
+        rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_group_bcast: rank %d: buf is NULL", c->v.rank);
+    if (rc == 0) rc = oobx__coll_bcast(&c->v, &g, root_index, buf, bytes);
     COLL_LEAVE();
 }
 
@@ -731,20 +623,20 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
     struct oobx_comm *c = parent;
     if (!child) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_split: child is NULL");
     COLL_ENTER("oobx_comm_split");
-    int32_t *all = malloc((size_t)c->nranks * 2 * sizeof(int32_t));
-    split_entry_t *mine = malloc((size_t)c->nranks * sizeof(*mine));
+    int32_t *all = malloc((size_t)c->v.nranks * 2 * sizeof(int32_t));
+    split_entry_t *mine = malloc((size_t)c->v.nranks * sizeof(*mine));
     struct oobx_comm *k = NULL;
     uint32_t split_no = c->split_seq++;
     if (!all || !mine) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     if (rc == 0) {
-        all[2 * c->rank] = color < 0 ? -1 : color;
-        all[2 * c->rank + 1] = key;
+        all[2 * c->v.rank] = color < 0 ? -1 : color;
+        all[2 * c->v.rank + 1] = key;
         coll_group_t g = whole(c);
-        rc = oobx__coll_allgather(c, &g, all, 2 * sizeof(int32_t), "auto");
+        rc = oobx__coll_allgather(&c->v, &g, all, 2 * sizeof(int32_t), "auto");
     }
     int n = 0;
     if (rc == 0 && color >= 0) {
-        for (int r = 0; r < c->nranks; r++)
+        for (int r = 0; r < c->v.nranks; r++)
             if (all[2 * r] == color) mine[n++] = (split_entry_t){color, all[2 * r + 1], r};
         qsort(mine, (size_t)n, sizeof(*mine), split_cmp);
         k = comm_alloc(&c->settings);
@@ -753,22 +645,24 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
             rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
         } else {
             for (int i = 0; i < n; i++) {
-                k->ep_rank[i] = comm_ep_rank(c, mine[i].rank);
-                if (mine[i].rank == c->rank) k->rank = i;
+                k->ep_rank[i] = oobx__ep_view_rank(&c->v, mine[i].rank);
+                if (mine[i].rank == c->v.rank) k->v.rank = i;
             }
-            k->nranks = n;
-            k->ep = c->ep;
-            c->ep->refs++;
-            k->user_abort = c->user_abort;
-            k->ctx = oobx__mix64(oobx__mix64(c->ctx, split_no + 1ull), (uint64_t)(uint32_t)color);
+            k->v.nranks = n;
+            k->v.ep = c->v.ep;
+            c->v.ep->refs++;
+            k->v.user_abort = c->v.user_abort;
+            k->v.ep_rank = k->ep_rank;
+            k->v.rank_note = " of the parent";
+            k->v.ctx = oobx__mix64(oobx__mix64(c->v.ctx, split_no + 1ull), (uint64_t)(uint32_t)color);
             snprintf(k->transport, sizeof(k->transport), "%s", c->transport);
             char prefix[96];
-            snprintf(prefix, sizeof(prefix), "rank %d/%d (split %u color %d of rank %d)", k->rank, n, split_no, color,
-                     c->rank);
+            snprintf(prefix, sizeof(prefix), "rank %d/%d (split %u color %d of rank %d)", k->v.rank, n, split_no, color,
+                     c->v.rank);
             oobx__log_open(&k->log, &c->settings, prefix);
         }
     }
-    pthread_mutex_unlock(&c->ep->lock);
+    pthread_mutex_unlock(&c->v.ep->lock);
     free(all);
     free(mine);
     if (rc != 0) {
@@ -785,11 +679,11 @@ int oobx_comm_abort(oobx_comm_t c)
 {
     if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_abort: communicator is NULL");
     /* under the lock, so that the sleeper either sees the flag or gets the wake-up */
-    pthread_mutex_lock(&c->ep->lock);
+    pthread_mutex_lock(&c->v.ep->lock);
     atomic_store(&c->aborted, 1);
-    oobx__ep_wake(c->ep);
-    pthread_cond_broadcast(&c->ep->cond);
-    pthread_mutex_unlock(&c->ep->lock);
+    oobx__ep_wake(c->v.ep);
+    pthread_cond_broadcast(&c->v.ep->cond);
+    pthread_mutex_unlock(&c->v.ep->lock);
     return 0;
 }
 
@@ -797,11 +691,11 @@ int oobx_comm_destroy(oobx_comm_t c)
 {
     if (!c) return 0;
     uint64_t hosted = c->root_magic;
-    pthread_mutex_lock(&c->ep->lock);
-    int shared = c->ep->refs > 1;
-    if (shared) oobx__ep_purge_ctx(c->ep, c->ctx);
-    pthread_mutex_unlock(&c->ep->lock);
-    oobx__ep_release(c->ep);
+    pthread_mutex_lock(&c->v.ep->lock);
+    int shared = c->v.ep->refs > 1;
+    if (shared) oobx__ep_purge_ctx(c->v.ep, c->v.ctx);
+    pthread_mutex_unlock(&c->v.ep->lock);
+    oobx__ep_release(c->v.ep);
     comm_free(c);
     oobx__root_registry_reap(hosted, hosted ? 200 : 0);
     return 0;

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "ep.h"
 #include "util.h"
 
 struct oobx_mq {
@@ -295,7 +295,7 @@ void oobx__ep_release(oobx_ep_t *ep)
     int last = --ep->refs == 0;
     pthread_mutex_unlock(&ep->lock);
     if (!last) return;
-    if (ep->tp) ep->tp->ops->destroy(ep->tp);
+    if (ep->tp) ep->ops->destroy(ep->tp);
     /* Messages being written when the transport went away: first, while
      * every record is still allocated. A ux in the array is either detached
      * (out of every queue: freed here) or still in its queue (freed with the
@@ -392,19 +392,19 @@ static void wake_poller(oobx_ep_t *ep)
     if (ep->poller) oobx__ep_wake(ep);
 }
 
-int oobx__ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
+int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
              oobx_sreq_t *req)
 {
-    oobx_ep_t *ep = c->ep;
-    int dst = comm_ep_rank(c, peer);
-    oobx_msg_hdr_t h = {.ctx = c->ctx, .tag = tag, .len = len, .src = ep->rank, .kind = kind};
+    oobx_ep_t *ep = v->ep;
+    int dst = oobx__ep_view_rank(v, peer);
+    oobx_msg_hdr_t h = {.ctx = v->ctx, .tag = tag, .len = len, .src = ep->rank, .kind = kind};
     req->peer = peer;
     req->tp.done = 0;
     req->tp.status = 0;
     if (dst == ep->rank) {
         void *cookie = NULL;
         void *d = sink_msg_begin(ep, &h, &cookie);
-        if (!cookie) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory for a message of %zu bytes to self", len);
+        if (!cookie) return oobx__fail(v->log, OOBX_ERR_NOMEM, "out of memory for a message of %zu bytes to self", len);
         if (len && d) memcpy(d, buf, len);
         sink_msg_end(ep, cookie);
         req->tp.done = 1;
@@ -412,25 +412,25 @@ int oobx__ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, c
     }
     if (ep->failed[dst]) {
         char who[160];
-        comm_peer_name(c, peer, who, sizeof(who));
-        return oobx__fail(&c->log, ep->failed[dst], "cannot send to %s: %s", who, ep->failed_what[dst]);
+        oobx__ep_peer_name(v, peer, who, sizeof(who));
+        return oobx__fail(v->log, ep->failed[dst], "cannot send to %s: %s", who, ep->failed_what[dst]);
     }
-    int rc = ep->tp->ops->send(ep->tp, dst, &h, buf, &req->tp);
+    int rc = ep->ops->send(ep->tp, dst, &h, buf, &req->tp);
     if (rc != 0) return rc;
     wake_poller(ep);
     return 0;
 }
 
-int oobx__ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *r)
+int oobx__ep_irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *r)
 {
-    oobx_ep_t *ep = c->ep;
-    int src = comm_ep_rank(c, peer);
+    oobx_ep_t *ep = v->ep;
+    int src = oobx__ep_view_rank(v, peer);
     memset(r, 0, sizeof(*r));
     r->src = src;
     r->buf = buf;
     r->cap = cap;
-    oobx_mq_t *q = mq_find(ep, c->ctx, kind, src, tag, 1);
-    if (!q) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory posting a receive");
+    oobx_mq_t *q = mq_find(ep, v->ctx, kind, src, tag, 1);
+    if (!q) return oobx__fail(v->log, OOBX_ERR_NOMEM, "out of memory posting a receive");
     if (q->ux_head) {
         oobx_ux_t *u = q->ux_head;
         q->ux_head = u->next;
@@ -466,11 +466,11 @@ int oobx__ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, v
     return 0;
 }
 
-int oobx__ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *r)
+int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, oobx_rreq_t *r)
 {
-    oobx_ep_t *ep = c->ep;
+    oobx_ep_t *ep = v->ep;
     if (r->done) return 0;
-    oobx_mq_t *q = mq_find(ep, c->ctx, kind, r->src, tag, 0);
+    oobx_mq_t *q = mq_find(ep, v->ctx, kind, r->src, tag, 0);
     if (q) {
         for (oobx_rreq_t *x = q->rq_head; x; x = x->next) {
             if (x != r) continue;
@@ -515,27 +515,52 @@ void oobx__ep_adopt(oobx_ep_t *ep, void *p)
     ep->graveyard[ep->ngraveyard++] = p;
 }
 
+/* ---- names and errors ---- */
+
+void oobx__ep_peer_name(const oobx__ep_view_t *v, int r, char *buf, size_t len)
+{
+    if (r < 0 || r >= v->nranks) {
+        snprintf(buf, len, "rank %d", r);
+        return;
+    }
+    char tmp[160];
+    v->ep->ops->peer_name(v->ep->tp, oobx__ep_view_rank(v, r), tmp, sizeof(tmp));
+    if (v->ep_rank) snprintf(buf, len, "rank %d (%s%s)", r, tmp, v->rank_note ? v->rank_note : "");
+    else snprintf(buf, len, "%s", tmp);
+}
+
+int oobx__ep_wait_error(const oobx__ep_view_t *v, int rc, const char *fmt, ...)
+{
+    char what[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (rc == OOBX_ERR_ABORTED) return oobx__fail(v->log, rc, "%s: aborted", what);
+    return oobx__fail(v->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, v->settings->timeout_ms);
+}
+
 /* ---- waiting ---- */
 
-static int cancel_check(struct oobx_comm *c)
+static int cancel_check(const oobx__ep_view_t *v)
 {
-    if (atomic_load(&c->aborted)) return OOBX_ERR_ABORTED;
-    if (c->user_abort && *c->user_abort) return OOBX_ERR_ABORTED;
+    if (atomic_load(v->aborted)) return OOBX_ERR_ABORTED;
+    if (v->user_abort && *v->user_abort) return OOBX_ERR_ABORTED;
     return 0;
 }
 
-int oobx__ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns)
+int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns)
 {
-    oobx_ep_t *ep = c->ep;
+    oobx_ep_t *ep = v->ep;
     oobx_tp_t *tp = ep->tp;
     for (;;) {
         if (done(arg)) return 0;
-        int rc = cancel_check(c);
+        int rc = cancel_check(v);
         if (rc) return rc;
         if (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns) return OOBX_ERR_TIMEOUT;
         if (ep->poller) {
             /* another thread polls for us; it broadcasts after each round */
-            int ms = oobx__ms_left(deadline_ns, c->user_abort ? 50 : 1000);
+            int ms = oobx__ms_left(deadline_ns, v->user_abort ? 50 : 1000);
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000ull;
@@ -548,39 +573,31 @@ int oobx__ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t dead
         if (ep->spin_us > 0) {
             uint64_t until = oobx__now_ns() + (uint64_t)ep->spin_us * 1000ull;
             do {
-                tp->ops->progress(tp);
+                ep->ops->progress(tp);
                 if (done(arg)) break;
                 pthread_mutex_unlock(&ep->lock);
                 pthread_mutex_lock(&ep->lock);
             } while (oobx__now_ns() < until);
         }
-        if (!done(arg) && !cancel_check(c)) {
+        if (!done(arg) && !cancel_check(v)) {
             /* No progress() first: the sleep returns at once when something is
              * ready, so one system call both waits and finds the work. */
             struct pollfd fds[16];
             int nfds = 0;
             int ms = -1;
-            if (c->user_abort) ms = oobx__ms_left(deadline_ns, 50); /* nobody tells us when it changes */
+            if (v->user_abort) ms = oobx__ms_left(deadline_ns, 50); /* nobody tells us when it changes */
             else if (deadline_ns != UINT64_MAX) ep_arm(ep, deadline_ns);
-            int busy = tp->ops->wait_prepare(tp, fds + 1, 15, &nfds, &ms);
-            if (!busy && (done(arg) || cancel_check(c))) busy = 1; /* arming may have eaten a wake-up */
-            if (!busy && tp->ops->sleep) {
-                pthread_mutex_unlock(&ep->lock);
-                tp->ops->sleep(tp, ms);
-                pthread_mutex_lock(&ep->lock);
-            } else if (!busy) {
+            int busy = ep->ops->wait_prepare(tp, fds + 1, 15, &nfds, &ms);
+            if (!busy && (done(arg) || cancel_check(v))) busy = 1; /* arming may have eaten a wake-up */
+            if (!busy) {
                 fds[0].fd = ep->wake_fd;
                 fds[0].events = POLLIN;
+                fds[0].revents = 0;
                 pthread_mutex_unlock(&ep->lock);
-                int n = poll(fds, (nfds_t)nfds + 1, ms);
+                ep->ops->sleep(tp, fds, nfds + 1, ms);
                 pthread_mutex_lock(&ep->lock);
-                if (n > 0 && (fds[0].revents & POLLIN)) {
-                    uint64_t v;
-                    ssize_t r = read(ep->wake_fd, &v, sizeof(v));
-                    (void)r;
-                }
             }
-            tp->ops->progress(tp);
+            ep->ops->progress(tp);
         }
         ep->poller = 0;
         pthread_cond_broadcast(&ep->cond);

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tp_module.h"
 #include "util.h"
 
 /* The only thread-local state: each thread's last error message. */
@@ -49,6 +50,7 @@ void oobx__log_open(oobx_log_t *log, const oobx_settings_t *s, const char *prefi
         }
     }
     snprintf(log->prefix, sizeof(log->prefix), "%s", prefix ? prefix : "");
+    log->api = &oobx__core_api;
 }
 
 void oobx__log_close(oobx_log_t *log)
@@ -114,20 +116,6 @@ int oobx__fail(const oobx_log_t *log, int code, const char *fmt, ...)
     return code;
 }
 
-int oobx__ratelimit_ok(oobx_ratelimit_t *rl)
-{
-    uint64_t now = oobx__now_ns();
-    if (now - rl->window_start_ns > 10ull * 1000000000ull) {
-        rl->window_start_ns = now;
-        rl->count = 0;
-    }
-    if (rl->count < 5) {
-        rl->count++;
-        return 1;
-    }
-    rl->suppressed++;
-    return 0;
-}
 
 const char *oobx_last_error(void)
 {
@@ -159,4 +147,9 @@ const char *oobx_error_name(int status)
 const char *oobx_version(void)
 {
     return OOBX_VERSION_STRING;
+}
+
+unsigned oobx_version_number(void)
+{
+    return OOBX_VERSION_HEX;
 }

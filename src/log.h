@@ -11,6 +11,7 @@ typedef struct oobx__log {
     FILE *fp;          /* stderr or the OOBX_LOG_FILE stream */
     int own_fp;        /* fp was opened for this context */
     char prefix[64];   /* "host:pid rank 3/8" */
+    const struct oobx_core_api *api; /* the core's services, for modules (tp_module.h) */
 } oobx_log_t;
 
 /* Opens the context from settings; falls back to stderr. */
@@ -37,14 +38,5 @@ void oobx__set_last_error(const char *fmt, ...) __attribute__((format(printf, 1,
 #define OOBX_INFO(log, ...) OOBX_LOG(log, OOBX_LOG_INFO, __VA_ARGS__)
 #define OOBX_DEBUG(log, ...) OOBX_LOG(log, OOBX_LOG_DEBUG, __VA_ARGS__)
 #define OOBX_TRACE(log, ...) OOBX_LOG(log, OOBX_LOG_TRACE, __VA_ARGS__)
-
-/* A rate limiter for warnings triggered from outside (stray clients). */
-typedef struct oobx_ratelimit {
-    uint64_t window_start_ns;
-    unsigned count;
-    unsigned suppressed;
-} oobx_ratelimit_t;
-/* 1 when this event may be logged (at most 5 per 10 s); counts the rest. */
-int oobx__ratelimit_ok(oobx_ratelimit_t *rl);
 
 #endif

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tp_table.h"
 #include "util.h"
 #include "wire.h"
 
@@ -305,10 +306,10 @@ static void take_report(root_state_t *st, int i)
         return;
     }
     if (r->tpid != st->tpid) {
-        static const char *const names[] = {"?", "socket", "ucx", "verbs"};
+        const oobx__tp_entry_t *theirs = oobx__tp_by_id(r->tpid), *ours = oobx__tp_by_id(st->tpid);
         conn_error(st, i, OOBX_ERR_MISMATCH,
                    "rank %d (%s) uses the %s transport, rank %d uses %s: set OOBX_TRANSPORT the same on every rank",
-                   r->rank, c->peer, names[r->tpid], st->first_reporter, names[st->tpid]);
+                   r->rank, c->peer, theirs ? theirs->name : "?", st->first_reporter, ours ? ours->name : "?");
         return;
     }
     int local = oobx__root_local_id(r->rank, st->iroot, st->nranks, st->nroots);

@@ -46,7 +46,7 @@ void oobx__root_registry_reap(uint64_t magic, int wait_ms);
 typedef struct root_client {
     int rank, nranks, nroots;
     const root_handle_t *roots;  /* nroots handles */
-    uint32_t tpid;               /* OOBX_TPID_* */
+    uint32_t tpid;               /* transport id (tp_table.h) */
     const void *blob;            /* this rank's ring address */
     size_t blob_len;
     const oobx_settings_t *settings;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include "log.h"
+#include "tp_table.h"
 
 #define S_(field) offsetof(oobx_settings_t, field), sizeof(((oobx_settings_t *)0)->field)
 
@@ -27,9 +28,9 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes)},
     {"OOBX_SPIN_US", "0", "microseconds to poll without sleeping before blocking on file descriptors", OOBX_SET_INT, S_(spin_us)},
     {"OOBX_TOPO_PCI", "", "PCI bus id (a GPU's) to pick the closest network device for; empty: this thread's CPUs", OOBX_SET_STR, S_(topo_pci)},
-    {"OOBX_UCX_RING", "auto", "UCX ring link: put (registered ring buffer), tag (tag messages), auto (put where RMA is native)", OOBX_SET_STR, S_(ucx_ring)},
     {"OOBX_RING_SLOT_BYTES", "65536", "slot size of a registered ring buffer", OOBX_SET_SIZE, S_(ring_slot_bytes)},
     {"OOBX_RING_SLOTS", "16", "slots per registered ring buffer", OOBX_SET_INT, S_(ring_slots)},
+    {"OOBX_MODULE_DIR", "", "directory of the transport modules (liboobx-ucx.so, liboobx-verbs.so); empty: the one fixed at build or install time", OOBX_SET_STR, S_(module_dir)},
     {"OOBX_LOG_LEVEL", "warn", "none, error, warn, info, debug, trace", OOBX_SET_LEVEL, S_(log_level)},
     {"OOBX_LOG_FILE", "", "log to this file instead of stderr; %h host, %p pid", OOBX_SET_STR, S_(log_file)},
     {NULL, NULL, NULL, 0, 0, 0},
@@ -60,7 +61,7 @@ static int parse_size(const char *v, size_t *out)
     return 0;
 }
 
-static int parse_one(oobx_settings_t *s, const oobx_setting_desc_t *d, const char *v)
+static int parse_one(void *s, const oobx_setting_desc_t *d, const char *v)
 {
     char *field = (char *)s + d->offset;
     char *end = NULL;
@@ -103,19 +104,26 @@ static int parse_one(oobx_settings_t *s, const oobx_setting_desc_t *d, const cha
     return -1;
 }
 
+int oobx__settings_parse(const oobx_setting_desc_t *table, void *base, const oobx_log_t *log)
+{
+    for (const oobx_setting_desc_t *d = table; d->name; d++)
+        if (parse_one(base, d, d->def) != 0)
+            return oobx__fail(log, OOBX_ERR_INTERNAL, "default of %s (%s) does not parse", d->name, d->def);
+    for (const oobx_setting_desc_t *d = table; d->name; d++) {
+        const char *v = getenv(d->name);
+        if (!v) continue;
+        if (parse_one(base, d, v) != 0)
+            return oobx__fail(log, OOBX_ERR_INVALID, "%s=\"%s\" is not valid: %s (default %s)", d->name, v, d->doc,
+                             d->def[0] ? d->def : "empty");
+    }
+    return OOBX_SUCCESS;
+}
+
 int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
 {
     memset(s, 0, sizeof(*s));
-    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++)
-        if (parse_one(s, d, d->def) != 0)
-            return oobx__fail(NULL, OOBX_ERR_INTERNAL, "default of %s (%s) does not parse", d->name, d->def);
-    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++) {
-        const char *v = getenv(d->name);
-        if (!v) continue;
-        if (parse_one(s, d, v) != 0)
-            return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not valid: %s (default %s)", d->name, v, d->doc,
-                             d->def[0] ? d->def : "empty");
-    }
+    int rc = oobx__settings_parse(oobx__settings_table, s, NULL);
+    if (rc != 0) return rc;
     if (cfg) {
         if (cfg->struct_size < offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag))
             return oobx__fail(NULL, OOBX_ERR_INVALID,
@@ -135,10 +143,12 @@ int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
     }
     if (s->timeout_ms < -1) s->timeout_ms = -1;
     if (s->timeout_ms == 0) s->timeout_ms = 120000;
-    if (strcmp(s->transport, "auto") && strcmp(s->transport, "socket") && strcmp(s->transport, "ucx") &&
-        strcmp(s->transport, "verbs"))
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not one of auto, socket, ucx, verbs",
-                         cfg && cfg->transport ? "oobx_config_t.transport" : "OOBX_TRANSPORT", s->transport);
+    if (strcmp(s->transport, "auto") && !oobx__tp_find(s->transport)) {
+        char names[128];
+        oobx__tp_names(names, sizeof(names));
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=\"%s\" is not one of auto, %s",
+                         cfg && cfg->transport ? "oobx_config_t.transport" : "OOBX_TRANSPORT", s->transport, names);
+    }
     if (strcmp(s->allgather_algo, "auto") && strcmp(s->allgather_algo, "ring") && strcmp(s->allgather_algo, "bruck") &&
         strcmp(s->allgather_algo, "tree"))
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck, tree",

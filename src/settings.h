@@ -24,9 +24,9 @@ typedef struct oobx_settings {
     size_t chunk_bytes;        /* OOBX_CHUNK_BYTES: pipeline chunk */
     int spin_us;               /* OOBX_SPIN_US: progress spin before blocking */
     char topo_pci[64];         /* OOBX_TOPO_PCI */
-    char ucx_ring[16];         /* OOBX_UCX_RING: auto, put, tag */
     size_t ring_slot_bytes;    /* OOBX_RING_SLOT_BYTES: registered ring buffer slot */
     int ring_slots;            /* OOBX_RING_SLOTS: slots per ring link */
+    char module_dir[512];      /* OOBX_MODULE_DIR: where transport modules are loaded from */
     int log_level;             /* OOBX_LOG_LEVEL */
     char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */
 } oobx_settings_t;
@@ -44,6 +44,12 @@ typedef struct oobx_setting_desc {
 
 /* The table, terminated by a NULL name; read-only. */
 extern const oobx_setting_desc_t oobx__settings_table[];
+
+struct oobx__log;
+/* Fills the struct at base from table's defaults, then the environment. A
+ * malformed value is an OOBX_ERR_INVALID naming the variable, logged to log
+ * (may be NULL). Transports parse their own tables with it. */
+int oobx__settings_parse(const oobx_setting_desc_t *table, void *base, const struct oobx__log *log);
 
 /* Fills s from defaults, then the environment, then cfg (may be NULL).
  * A malformed value is an OOBX_ERR_INVALID naming the variable. */

@@ -18,8 +18,8 @@ typedef union oobx_sockaddr {
 /* What ends a blocking helper early: a deadline and two abort flags. */
 typedef struct oobx_cancel {
     uint64_t deadline_ns;             /* UINT64_MAX: none */
-    volatile uint32_t *user_abort;    /* oobx_config_t.abort_flag, may be NULL */
-    atomic_int *aborted;              /* oobx_comm_abort(), may be NULL */
+    const volatile uint32_t *user_abort; /* oobx_config_t.abort_flag, may be NULL */
+    const atomic_int *aborted;        /* oobx_comm_abort(), may be NULL */
 } oobx_cancel_t;
 
 /* OOBX_ERR_ABORTED when either flag is set, else 0. */

@@ -15,6 +15,7 @@
 #include "oobx.h"
 #include "sock.h"
 #include "topo.h"
+#include "tp_table.h"
 #include "transport.h"
 #include "util.h"
 #include "wire.h"
@@ -763,8 +764,11 @@ static void handle_events(sk_tp_t *t, struct epoll_event *evs, int n)
     }
 }
 
-static int sk_sleep(oobx_tp_t *tpp, int timeout_ms)
+/* The wake fd is in the epoll set: one epoll_wait covers fds. */
+static int sk_sleep(oobx_tp_t *tpp, struct pollfd *fds, int nfds, int timeout_ms)
 {
+    (void)fds;
+    (void)nfds;
     sk_tp_t *t = tp_of(tpp);
     int n = epoll_wait(t->epfd, t->slept, 64, timeout_ms);
     t->nslept = n > 0 ? n : 0;
@@ -1008,9 +1012,13 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     return 0;
 }
 
+/* The socket settings are the core's (the root rendezvous uses them too). */
+static const oobx_setting_desc_t sk_settings[] = {{NULL, NULL, NULL, 0, 0, 0}};
+
 const oobx_tp_ops_t oobx__socket_ops = {
     .version = OOBX_TP_VERSION,
     .name = "socket",
+    .settings = sk_settings,
     .create = sk_create,
     .address = sk_address,
     .set_peer = sk_set_peer,
@@ -1019,6 +1027,7 @@ const oobx_tp_ops_t oobx__socket_ops = {
     .progress = sk_progress,
     .wait_prepare = sk_wait_prepare,
     .sleep = sk_sleep,
+    .describe = oobx_tp_describe_none,
     .peer_name = sk_peer_name,
     .destroy = sk_destroy,
 };

@@ -3,10 +3,19 @@
  * written once over this interface; src/socket.c, ucx/ and verbs/ implement it.
  *
  * Threading: the core calls every op with the endpoint lock held, from one
- * thread at a time; sink callbacks are invoked from inside progress() with the
- * same lock held. Nothing here may block for long: connect and send only
- * start work, progress() finishes it, and the core sleeps in poll() on the fds
- * that wait_prepare() hands out.
+ * thread at a time (sleep excepted); sink callbacks are invoked from inside
+ * progress() with the same lock held. Nothing here may block for long:
+ * connect and send only start work, progress() finishes it, and the core
+ * sleeps in sleep() on the fds that wait_prepare() hands out.
+ *
+ * Every entry of an ops table is set: a transport without a use for an
+ * optional op plugs in the default below (oobx_tp_ring_unsupported,
+ * oobx_tp_sleep_poll), as UCX's transports plug in its "unsupported" stubs.
+ * The core checks a table when it loads it and never tests for NULL.
+ *
+ * A transport built as a module (ucx/, verbs/) reaches the core only
+ * through the oobx_core_api_t it is handed at load (tp_module.h); the
+ * built-in socket transport is linked with the core.
  *
  * Ranks are endpoint ranks: the ranks of the communicator that created the
  * endpoint (a split child maps its ranks onto them).
@@ -17,10 +26,13 @@
 #include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include "log.h"
 #include "settings.h"
 
-#define OOBX_TP_VERSION 1
+#define OOBX_TP_VERSION 2 /* 2: sleep() gets the pollfds, every op set */
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };
@@ -65,14 +77,20 @@ typedef struct oobx_tp_params {
     const void *root_hint;         /* struct sockaddr of root 0 or NULL: interface matching */
     unsigned root_hint_len;
     int wake_fd;                   /* the core's wake-up fd (a timerfd): readable when a sleeper must wake; read 8 bytes to clear */
+    const struct oobx_core_api *core; /* what the core offers a transport (tp_module.h) */
 } oobx_tp_params_t;
 
+struct oobx_core_api;
 typedef struct oobx_tp oobx_tp_t;
 typedef struct oobx_tp_ops oobx_tp_ops_t;
 
 struct oobx_tp_ops {
     int version;               /* OOBX_TP_VERSION */
     const char *name;          /* "socket", "ucx", "verbs" */
+    /* The transport's own settings (NULL-terminated; parsed by the transport
+     * with core->settings_parse in create, listed by oobx-info -c), or an
+     * empty table. */
+    const oobx_setting_desc_t *settings;
 
     /* Creates an instance that can be reached at address(). May block
      * briefly (bind, worker creation). Returns 0, OOBX_ERR_UNAVAILABLE when
@@ -87,9 +105,11 @@ struct oobx_tp_ops {
      * blob this transport cannot parse. */
     int (*set_peer)(oobx_tp_t *tp, int peer, const void *blob, size_t len);
 
-    /* Tells the transport its ring neighbours (may be the same rank, or -1 for
-     * none), so it can set up ring links (registered ring buffers) eagerly.
-     * The core calls it once, after set_peer for both. Does not block. */
+    /* Tells the transport its ring neighbours (-1 for none), so it can set up
+     * ring links (registered ring buffers) eagerly. The core calls it twice
+     * at init: with (-1, next) as soon as set_peer(next) is done, before the
+     * address allgather, then with (prev, next) once every address is set.
+     * Not called for a 1-rank communicator. Does not block. */
     int (*ring)(oobx_tp_t *tp, int prev, int next);
 
     /* Queues a message to peer (set_peer was called; connects on first use).
@@ -110,12 +130,19 @@ struct oobx_tp_ops {
      * (then the core calls progress() again instead of sleeping). */
     int (*wait_prepare)(oobx_tp_t *tp, struct pollfd *fds, int max, int *nfds, int *timeout_ms);
 
-    /* Optional (NULL: the core polls the fds of wait_prepare and wake_fd).
-     * Called WITHOUT the endpoint lock, by one thread at a time, right after
-     * wait_prepare returned 0: sleeps up to timeout_ms (-1: no bound) on the
-     * transport's fds and params.wake_fd in one system call, and only records
-     * what woke it, for the next progress() to handle. Touches nothing else. */
-    int (*sleep)(oobx_tp_t *tp, int timeout_ms);
+    /* Called WITHOUT the endpoint lock, by one thread at a time, right after
+     * wait_prepare returned 0: sleeps up to timeout_ms (-1: no bound) until
+     * one of fds is ready or the transport has work, in one system call.
+     * fds[0] is the core's wake fd (params.wake_fd); fds[1..nfds-1] are what
+     * wait_prepare filled. Reads the wake fd's 8 bytes when it woke on it,
+     * and otherwise only records what woke it, for the next progress().
+     * Touches nothing else. The default is oobx_tp_sleep_poll. */
+    int (*sleep)(oobx_tp_t *tp, struct pollfd *fds, int nfds, int timeout_ms);
+
+    /* Prints what the transport sees on this host (devices, ports, its
+     * choice) for oobx-info -u; core is the core's services. The default,
+     * oobx_tp_describe_none, prints nothing. */
+    void (*describe)(FILE *out, const oobx_settings_t *s, const struct oobx_core_api *core);
 
     /* Names a peer for messages: "rank 3 (10.0.0.7:41233)". */
     void (*peer_name)(oobx_tp_t *tp, int peer, char *buf, size_t len);
@@ -130,19 +157,36 @@ struct oobx_tp {
     const oobx_tp_ops_t *ops;
 };
 
-/* Built-in and module transports. */
-extern const oobx_tp_ops_t oobx__socket_ops;
+/* ---- defaults for optional ops ---- */
 
-/* Finds a transport by name, loading its module (liboobx-<name>.so from the
- * library's own directory) when needed. Returns 0 and *ops, or
- * OOBX_ERR_UNAVAILABLE with the reason in why. */
-int oobx__tp_lookup(const char *name, const oobx_tp_ops_t **ops, char *why, size_t whylen);
+/* ring: the transport sets up nothing for the ring. */
+static inline int oobx_tp_ring_unsupported(oobx_tp_t *tp, int prev, int next)
+{
+    (void)tp;
+    (void)prev;
+    (void)next;
+    return 0;
+}
 
-/* Checks that transport name can run here: loads it and creates and destroys
- * a one-rank instance. 0, or an error with the reason in why. */
-int oobx__tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen);
+/* describe: nothing to say. */
+static inline void oobx_tp_describe_none(FILE *out, const oobx_settings_t *s, const struct oobx_core_api *core)
+{
+    (void)out;
+    (void)s;
+    (void)core;
+}
 
-/* Default for an optional op. */
-int oobx__tp_ring_none(oobx_tp_t *tp, int prev, int next);
+/* sleep: poll() on the fds, clearing the wake fd when it fired. */
+static inline int oobx_tp_sleep_poll(oobx_tp_t *tp, struct pollfd *fds, int nfds, int timeout_ms)
+{
+    (void)tp;
+    int n = poll(fds, (nfds_t)nfds, timeout_ms);
+    if (n > 0 && fds[0].fd >= 0 && (fds[0].revents & POLLIN)) {
+        uint64_t v;
+        ssize_t r = read(fds[0].fd, &v, sizeof(v));
+        (void)r;
+    }
+    return 0;
+}
 
 #endif

@@ -62,3 +62,18 @@ uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed)
     }
     return h;
 }
+
+int oobx__ratelimit_ok(oobx_ratelimit_t *rl)
+{
+    uint64_t now = oobx__now_ns();
+    if (now - rl->window_start_ns > 10ull * 1000000000ull) {
+        rl->window_start_ns = now;
+        rl->count = 0;
+    }
+    if (rl->count < 5) {
+        rl->count++;
+        return 1;
+    }
+    rl->suppressed++;
+    return 0;
+}

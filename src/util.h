@@ -14,6 +14,15 @@ uint64_t oobx__random64(void);                   /* getrandom(), else time^pid m
 uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 */
 uint64_t oobx__mix64(uint64_t a, uint64_t b);
 
+/* A rate limiter for warnings triggered from outside (stray clients). */
+typedef struct oobx_ratelimit {
+    uint64_t window_start_ns;
+    unsigned count;
+    unsigned suppressed;
+} oobx_ratelimit_t;
+/* 1 when this event may be logged (at most 5 per 10 s); counts the rest. */
+int oobx__ratelimit_ok(oobx_ratelimit_t *rl);
+
 #define OOBX_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define OOBX_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define OOBX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

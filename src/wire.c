@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "oobx.h"
+#include "tp_table.h"
 
 void oobx__put_u16(unsigned char *p, uint16_t v)
 {
@@ -112,7 +113,7 @@ int oobx__report_decode(const unsigned char *in, size_t len, oobx_report_t *r, c
                  v.iroot, v.nroots, v.nranks);
         return OOBX_ERR_PROTOCOL;
     }
-    if (v.tpid < OOBX_TPID_SOCKET || v.tpid > OOBX_TPID_VERBS) {
+    if (!oobx__tp_by_id(v.tpid)) {
         snprintf(why, whylen, "report of rank %d: unknown transport id %u", v.rank, v.tpid);
         return OOBX_ERR_PROTOCOL;
     }

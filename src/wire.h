@@ -20,7 +20,7 @@ enum {
     OOBX_HELLO_PEER_ACK = 4,   /* socket transport connection, acceptor's answer */
 };
 
-enum { OOBX_TPID_SOCKET = 1, OOBX_TPID_UCX = 2, OOBX_TPID_VERBS = 3 };
+
 
 #define OOBX_HELLO_BYTES 32
 typedef struct oobx_hello {
@@ -39,7 +39,7 @@ typedef struct oobx_report {
     int32_t nranks;
     int32_t iroot;
     int32_t nroots;
-    uint32_t tpid;     /* OOBX_TPID_* of the ring */
+    uint32_t tpid;     /* transport id of the ring (tp_table.h) */
     uint32_t blob_len; /* followed by this many bytes of ring address */
 } oobx_report_t;
 

@@ -119,12 +119,12 @@ fi
 # the verbs transport: on a real RDMA device when the host has one, else on
 # the emulated device (verbs/emu/, preloaded in front of libibverbs/librdmacm)
 verbs_name= verbs_env=()
-if [ -e "$build/lib/liboobx-verbs.so" ] && [ "${OOBX_TEST_VERBS:-}" != 0 ]; then
+if [ -e "$build/lib/oobx/liboobx-verbs.so" ] && [ "${OOBX_TEST_VERBS:-}" != 0 ]; then
     if compgen -G "/sys/class/infiniband/*" >/dev/null; then
         verbs_name=verbs verbs_env=(OOBX_TRANSPORT=verbs)
-    elif [ -e "$build/lib/liboobx-verbs-emu.so" ]; then
+    elif [ -e "$build/tests/verbs-emu/liboobx-verbs-emu.so" ]; then
         verbs_name=verbs-emu
-        preload=$(cd "$build/lib" && pwd)/liboobx-verbs-emu.so
+        preload=$(cd "$build/tests/verbs-emu" && pwd)/liboobx-verbs-emu.so
         # a sanitizer runtime must come first in the list of preloaded objects
         san_rt=$(ldd "$build/lib/liboobx.so" 2>/dev/null | awk '/lib(a|ub|t)san\.so/ { print $3; exit }')
         [ -n "$san_rt" ] && preload="$san_rt:$preload"
@@ -140,18 +140,18 @@ case "$mode" in
 esac
 if [ -x "$conf" ]; then
     suite conformance-socket "$conf_deadline" OOBX_TRANSPORT=socket -- "$conf"
-    if [ -e "$build/lib/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" = 0 ]; then
+    if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" = 0 ]; then
         echo
         echo "==== conformance-ucx: OOBX_TEST_UCX=0: skipped"
         total_skip=$((total_skip + 1))
-    elif [ -e "$build/lib/liboobx-ucx.so" ]; then
+    elif [ -e "$build/lib/oobx/liboobx-ucx.so" ]; then
         ucx_max=${OOBX_TEST_UCX_MAX_RANKS:-64}
         suite conformance-ucx-tcp "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
         suite conformance-ucx-shm "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
         suite conformance-ucx-default "$conf_deadline" OOBX_TRANSPORT=ucx OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
     else
         echo
-        echo "==== conformance-ucx: $build/lib/liboobx-ucx.so not built (UCX not found): skipped"
+        echo "==== conformance-ucx: $build/lib/oobx/liboobx-ucx.so not built (UCX not found): skipped"
         total_skip=$((total_skip + 1))
     fi
     if [ -n "$verbs_name" ]; then
@@ -165,7 +165,7 @@ else
 fi
 if [ -x "$fault" ]; then
     suite fault-socket "$fault_deadline" OOBX_TRANSPORT=socket -- "$fault"
-    if [ -e "$build/lib/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
+    if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
         suite fault-ucx-tcp "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp -- "$fault"
         suite fault-ucx-shm "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self -- "$fault"
         suite fault-ucx-default "$fault_deadline" OOBX_TRANSPORT=ucx -- "$fault"

@@ -19,7 +19,7 @@ TEST_UNIT_BIN := $(patsubst tests/unit/%.c,$(TEST_BUILD)/unit/%,$(TEST_UNIT_SRC)
 # multi-rank suites: linked with the shared library, so transport modules load
 TEST_SUITE_BIN := $(patsubst tests/%.c,$(TEST_BUILD)/%,$(wildcard tests/conformance/conformance.c tests/fault/fault.c))
 TEST_HARNESS_OBJ := $(OBJDIR)/tests/harness.o
-TEST_SUITE_LDFLAGS = $(LDFLAGS) -L$(LIBDIR) -Wl,-rpath,'$$ORIGIN/../../lib' -loobx
+TEST_SUITE_LDFLAGS = $(LDFLAGS) -L$(BLD_LIB) -Wl,-rpath,'$$ORIGIN/../../lib' -loobx
 
 # wire parsers: the same targets as regression programs over tests/fuzz/corpus
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
@@ -45,14 +45,14 @@ ALL_TARGETS += $(FUZZ_REGRESS_BIN)
 
 TEST_UNIT_UCX_BIN  := $(filter $(TEST_BUILD)/unit/test_ucx_%,$(TEST_UNIT_BIN))
 TEST_UNIT_CORE_BIN := $(filter-out $(TEST_UNIT_UCX_BIN),$(TEST_UNIT_BIN))
-$(TEST_UNIT_CORE_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(LIBOOBX_A)
+$(TEST_UNIT_CORE_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(LIBOOBX_INT_A)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS) $(TEST_CMOCKA)
+	$(CC) -o $@ $< $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS) $(TEST_CMOCKA)
 # the UCX transport's own unit tests also link its objects
 $(OBJDIR)/tests/unit/test_ucx_%.o: CPPFLAGS += -Iucx $(shell $(PKG_CONFIG) --cflags ucx 2>/dev/null)
-$(TEST_UNIT_UCX_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(UCX_OBJ) $(LIBOOBX_A)
+$(TEST_UNIT_UCX_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(UCX_OBJ) $(LIBOOBX_INT_A)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(UCX_OBJ) $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS) $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null) $(TEST_CMOCKA)
+	$(CC) -o $@ $< $(UCX_OBJ) $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS) $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null) $(TEST_CMOCKA)
 
 $(TEST_BUILD)/conformance/conformance: $(OBJDIR)/tests/conformance/conformance.o $(TEST_HARNESS_OBJ) $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
@@ -62,14 +62,14 @@ $(TEST_BUILD)/fault/fault: $(OBJDIR)/tests/fault/fault.o $(TEST_HARNESS_OBJ) $(L
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(TEST_SUITE_LDFLAGS) $(TEST_CMOCKA)
 
-$(TEST_BUILD)/fuzz/regress_%: $(OBJDIR)/tests/fuzz/fuzz_%.o $(OBJDIR)/tests/fuzz/regress.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_A)
+$(TEST_BUILD)/fuzz/regress_%: $(OBJDIR)/tests/fuzz/fuzz_%.o $(OBJDIR)/tests/fuzz/regress.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_INT_A)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(OBJDIR)/tests/fuzz/fuzz_$*.o $(OBJDIR)/tests/fuzz/regress.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
+	$(CC) -o $@ $(OBJDIR)/tests/fuzz/fuzz_$*.o $(OBJDIR)/tests/fuzz/regress.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS)
 
 # seeds for the corpus (make fuzz-seeds rewrites tests/fuzz/corpus/*/seed-*)
-$(TEST_BUILD)/fuzz/mkseeds: $(OBJDIR)/tests/fuzz/mkseeds.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_A)
+$(TEST_BUILD)/fuzz/mkseeds: $(OBJDIR)/tests/fuzz/mkseeds.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_INT_A)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(FUZZ_WIRE_OBJ) $(LIBOOBX_A) $(LDFLAGS) $(LIB_LIBS)
+	$(CC) -o $@ $< $(FUZZ_WIRE_OBJ) $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS)
 fuzz-seeds: $(TEST_BUILD)/fuzz/mkseeds
 	$(TEST_BUILD)/fuzz/mkseeds tests/fuzz/corpus
 

@@ -35,9 +35,9 @@ fi
 
 # The verbs transport with no RDMA device here: run it on the emulated device.
 emu=
-if [ -e "$build/lib/liboobx-verbs.so" ] && [ -e "$build/lib/liboobx-verbs-emu.so" ] &&
+if [ -e "$build/lib/oobx/liboobx-verbs.so" ] && [ -e "$build/tests/verbs-emu/liboobx-verbs-emu.so" ] &&
     ! echo "$transports" | grep -qx verbs; then
-    emu=$(cd "$build/lib" && pwd)/liboobx-verbs-emu.so
+    emu=$(cd "$build/tests/verbs-emu" && pwd)/liboobx-verbs-emu.so
     transports="$transports
 verbs-emu"
 fi

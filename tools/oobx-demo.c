@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm_debug.h"
+#include "oobx_debug.h"
 #include "oobx.h"
 
 #define DEMO_TAG_PORT 7001
@@ -235,7 +235,7 @@ int main(void)
     CHECK(&d, oobx_comm_rank(d.comm, &d.rank));
     CHECK(&d, oobx_comm_size(d.comm, &d.nranks));
 
-    oobx_init_timings_t it;
+    oobx_init_timings_t it = OOBX_INIT_TIMINGS_INIT;
     CHECK(&d, oobx_comm_get_init_timings(d.comm, &it));
     double phases[7] = {it.total, it.create, it.delay, it.root, it.ring, it.allgather, t_init};
     max_over_ranks(&d, phases, 7);

@@ -4,7 +4,6 @@
  * choose and why, every setting with its default, value and doc (-c), and the
  * device topology report (-t).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -16,12 +15,12 @@
 #include "oobx.h"
 #include "settings.h"
 #include "topo.h"
+#include "tp_module.h"
+#include "tp_table.h"
 #include "transport.h"
 
 extern char **environ;
 
-static const char *const transports[] = {"socket", "ucx", "verbs"};
-#define NTRANSPORTS (sizeof transports / sizeof transports[0])
 
 /* Environment variables read outside the settings table. */
 static const char *const env_extra[] = {"OOBX_RANK", "OOBX_NRANKS", NULL};
@@ -53,68 +52,63 @@ static void tp_check(const char *name, const oobx_settings_t *s, tp_state_t *st)
 {
     const oobx_tp_ops_t *ops = NULL;
     memset(st, 0, sizeof *st);
-    if (oobx__tp_lookup(name, &ops, st->why, sizeof st->why) != OOBX_SUCCESS) return;
+    if (oobx__tp_lookup(name, s, &ops, st->why, sizeof st->why) != OOBX_SUCCESS) return;
     st->ops = ops;
     st->built = 1;
     st->why[0] = '\0';
     if (oobx__tp_probe(name, s, st->why, sizeof st->why) == OOBX_SUCCESS) st->usable = 1;
 }
 
-/* A transport module may export oobx_<name>_describe(FILE *, const oobx_settings_t *):
- * its library version, devices and choices. Found in the module already loaded. */
-typedef int (*tp_describe_fn)(FILE *out, const oobx_settings_t *s);
-
-static void print_module_details(const char *name, const tp_state_t *st, const oobx_settings_t *s)
+/* What a module transport says about this host (its describe op). */
+static void print_module_details(const oobx__tp_entry_t *e, const tp_state_t *st, const oobx_settings_t *s)
 {
-    Dl_info dl;
-    char sym[64];
-    if (!st->ops || !dladdr((const void *)st->ops, &dl) || !dl.dli_fname) return;
-    void *h = dlopen(dl.dli_fname, RTLD_NOW | RTLD_NOLOAD);
-    if (!h) return;
-    snprintf(sym, sizeof sym, "oobx_%s_describe", name);
-    tp_describe_fn describe;
-    *(void **)&describe = dlsym(h, sym);
-    if (describe) {
-        printf("%s (%s):\n", name, dl.dli_fname);
-        fflush(stdout);
-        describe(stdout, s);
-        fflush(stdout);
-    }
-    dlclose(h);
+    printf("%s (%s/%s):\n", e->name, oobx__tp_module_dir(s), e->module);
+    fflush(stdout);
+    st->ops->describe(stdout, s, &oobx__core_api);
+    fflush(stdout);
 }
 
 static void print_transports(const oobx_settings_t *s)
 {
-    tp_state_t st[NTRANSPORTS];
-    printf("transports:\n");
-    for (size_t i = 0; i < NTRANSPORTS; i++) {
-        tp_check(transports[i], s, &st[i]);
+    int n;
+    const oobx__tp_entry_t *tab = oobx__tp_table(&n);
+    tp_state_t *st = calloc((size_t)n, sizeof(*st));
+    if (!st) return;
+    printf("transports (modules from %s):\n", oobx__tp_module_dir(s));
+    for (int i = 0; i < n; i++) {
+        tp_check(tab[i].name, s, &st[i]);
         const char *state = st[i].usable ? "usable" : st[i].built ? "built, not usable here" : "not built";
         if (st[i].why[0])
-            printf("  %-7s %-24s %s\n", transports[i], state, st[i].why);
+            printf("  %-7s %-24s %s\n", tab[i].name, state, st[i].why);
         else
-            printf("  %-7s %s\n", transports[i], state);
+            printf("  %-7s %s\n", tab[i].name, state);
     }
     if (!strcmp(s->transport, "auto")) {
-        /* auto: ucx when it can run here, else verbs, else the socket transport */
-        const char *pick = st[1].usable ? "ucx" : st[2].usable ? "verbs" : "socket";
-        printf("  OOBX_TRANSPORT=auto would use: %s\n", pick);
+        /* auto: the first usable in the table's auto order */
+        const oobx__tp_entry_t *pick = NULL;
+        for (int i = 0; i < n; i++)
+            if (st[i].usable && tab[i].auto_order > 0 && (!pick || tab[i].auto_order < pick->auto_order))
+                pick = &tab[i];
+        printf("  OOBX_TRANSPORT=auto would use: %s\n", pick ? pick->name : "none");
     } else {
-        size_t i = 0;
-        while (i < NTRANSPORTS && strcmp(transports[i], s->transport)) i++;
+        int i = 0;
+        while (i < n && strcmp(tab[i].name, s->transport)) i++;
         printf("  OOBX_TRANSPORT=%s%s\n", s->transport,
-               i < NTRANSPORTS && !st[i].usable ? ": not usable here, jobs will fail to start" : "");
+               i < n && !st[i].usable ? ": not usable here, jobs will fail to start" : "");
     }
-    for (size_t i = 1; i < NTRANSPORTS; i++)
-        if (st[i].built) print_module_details(transports[i], &st[i], s);
+    for (int i = 0; i < n; i++)
+        if (st[i].built && tab[i].module) print_module_details(&tab[i], &st[i], s);
+    free(st);
 }
 
 static int print_usable(const oobx_settings_t *s)
 {
+    int n;
+    const oobx__tp_entry_t *tab = oobx__tp_table(&n);
     tp_state_t st;
-    for (size_t i = 0; i < NTRANSPORTS; i++) {
-        tp_check(transports[i], s, &st);
-        if (st.usable) printf("%s\n", transports[i]);
+    for (int i = 0; i < n; i++) {
+        tp_check(tab[i].name, s, &st);
+        if (st.usable) printf("%s\n", tab[i].name);
     }
     return 0;
 }
@@ -196,10 +190,29 @@ static void print_interface(const oobx_settings_t *s)
 
 /* ---- settings ---------------------------------------------------------------- */
 
-static int known_name(const char *name, size_t len)
+/* The settings tables: the core's, then each transport's that loads. */
+static int settings_tables(const oobx_settings_t *s, const oobx_setting_desc_t **out, const char **owner, int max)
 {
-    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++)
-        if (strlen(d->name) == len && !strncmp(d->name, name, len)) return 1;
+    int k = 0, n;
+    out[k] = oobx__settings_table;
+    owner[k++] = "core";
+    const oobx__tp_entry_t *tab = oobx__tp_table(&n);
+    for (int i = 0; i < n && k < max; i++) {
+        const oobx_tp_ops_t *ops;
+        char why[512];
+        if (oobx__tp_lookup(tab[i].name, s, &ops, why, sizeof why) != OOBX_SUCCESS) continue;
+        if (!ops->settings[0].name) continue;
+        out[k] = ops->settings;
+        owner[k++] = tab[i].name;
+    }
+    return k;
+}
+
+static int known_name(const oobx_setting_desc_t *const *tables, int ntables, const char *name, size_t len)
+{
+    for (int t = 0; t < ntables; t++)
+        for (const oobx_setting_desc_t *d = tables[t]; d->name; d++)
+            if (strlen(d->name) == len && !strncmp(d->name, name, len)) return 1;
     for (int i = 0; env_extra[i]; i++)
         if (strlen(env_extra[i]) == len && !strncmp(env_extra[i], name, len)) return 1;
     return 0;
@@ -220,23 +233,29 @@ static void print_shell_word(const char *v)
     putchar('\'');
 }
 
-static void print_settings(void)
+static void print_settings(const oobx_settings_t *s)
 {
+    const oobx_setting_desc_t *tables[8];
+    const char *owner[8];
+    int nt = settings_tables(s, tables, owner, 8);
     printf("# oobx %s settings: default, value in this environment, and doc\n", oobx_version());
-    for (const oobx_setting_desc_t *d = oobx__settings_table; d->name; d++) {
-        const char *v = getenv(d->name);
-        printf("\n# %s\n", d->doc);
-        printf("# default: %s\n", d->def[0] ? d->def : "(empty)");
-        printf("%s=", d->name);
-        print_shell_word(v ? v : d->def);
-        printf(v ? "    # set in the environment\n" : "\n");
+    for (int t = 0; t < nt; t++) {
+        if (t) printf("\n# ---- the %s transport's own settings\n", owner[t]);
+        for (const oobx_setting_desc_t *d = tables[t]; d->name; d++) {
+            const char *v = getenv(d->name);
+            printf("\n# %s\n", d->doc);
+            printf("# default: %s\n", d->def[0] ? d->def : "(empty)");
+            printf("%s=", d->name);
+            print_shell_word(v ? v : d->def);
+            printf(v ? "    # set in the environment\n" : "\n");
+        }
     }
     int header = 0;
     for (char **e = environ; *e; e++) {
         if (strncmp(*e, "OOBX_", 5) != 0) continue;
         const char *eq = strchr(*e, '=');
         size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
-        if (known_name(*e, len)) continue;
+        if (known_name(tables, nt, *e, len)) continue;
         if (!header) printf("\n# not oobx settings (misspelt?):\n");
         header = 1;
         printf("#   %s\n", *e);
@@ -273,14 +292,11 @@ int main(int argc, char **argv)
     if (bad != OOBX_SUCCESS && !want_config) return 1;
     if (want_usable) return print_usable(&s);
     if (want_config) {
-        print_settings();
+        print_settings(&s);
         return bad == OOBX_SUCCESS ? 0 : 1;
     }
 
-    Dl_info dl;
-    printf("oobx %s", oobx_version());
-    if (dladdr((void *)oobx_version, &dl) && dl.dli_fname) printf("  (%s)", dl.dli_fname);
-    printf("\n");
+    printf("oobx %s\n", oobx_version());
     print_transports(&s);
     print_interface(&s);
     if (want_topo) {

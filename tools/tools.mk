@@ -7,6 +7,12 @@ $(BINDIR)/oobx-run: $(OBJDIR)/tools/oobx-run.o
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LDFLAGS)
 
+# oobx-info shows the library's insides (settings, transport table, topology):
+# it links the internal archive
+$(BINDIR)/oobx-info: $(OBJDIR)/tools/oobx-info.o $(LIBOOBX_INT_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS)
+
 $(BINDIR)/oobx-%: $(OBJDIR)/tools/oobx-%.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(PROG_LDFLAGS)

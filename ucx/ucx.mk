@@ -2,11 +2,13 @@
 UCX_SRC := $(wildcard ucx/*.c)
 ifeq ($(HAVE_UCX)$(if $(UCX_SRC),1),11)
 UCX_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(UCX_SRC))
-UCX_SO  := $(LIBDIR)/liboobx-ucx.so
+UCX_SO  := $(BLD_MOD)/liboobx-ucx.so
 $(OBJDIR)/ucx/%.o: CPPFLAGS += $(shell $(PKG_CONFIG) --cflags ucx)
-$(UCX_SO): $(UCX_OBJ) $(LIBOOBX_SO)
-	$(CC) -shared -o $@ $(UCX_OBJ) $(LDFLAGS) -L$(LIBDIR) -Wl,-rpath,'$$ORIGIN' -loobx $(shell $(PKG_CONFIG) --libs ucx)
+$(UCX_SO): $(UCX_OBJ) $(MODULE_CORE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(MODULE_LDFLAGS) -o $@ $(UCX_OBJ) $(MODULE_CORE_OBJ) $(shell $(PKG_CONFIG) --libs ucx)
 ALL_TARGETS += $(UCX_SO)
+MODULE_SOS += $(UCX_SO)
 # the transport's own test under each UCX transport selection (loopback only)
 UCX_UNIT_TLS := tcp posix,self sysv,self cma,tcp,self default
 check-ucx-unit: $(BUILD)/tests/unit/test_ucx_tp $(BUILD)/tests/unit/test_ringbuf

@@ -118,6 +118,7 @@ static int node_try(node_t *n, int rank, int nranks, uint64_t magic, const char 
         .log = &n->log,
         .sink = {.core = n, .msg_begin = sink_begin, .msg_end = sink_end, .peer_failed = sink_failed},
         .wake_fd = -1,
+        .core = &oobx__core_api,
     };
     return ops->create(&p, &n->tp);
 }
@@ -366,7 +367,7 @@ static int child_two_devices(void)
     char *text = NULL;
     size_t tl = 0;
     FILE *f = open_memstream(&text, &tl);
-    oobx_verbs_describe(f, &n->set);
+    verbs_describe(f, &n->set, &oobx__core_api);
     fclose(f);
     int ok = strstr(text, "emu0") && strstr(text, "emu1") && strstr(text, "would use device emu1") &&
              strstr(text, "usable: yes");
@@ -418,6 +419,7 @@ static int topo_pick_for(const char *pci, const char *expect)
         .log = &n->log,
         .sink = {.core = n, .msg_begin = sink_begin, .msg_end = sink_end, .peer_failed = sink_failed},
         .wake_fd = -1,
+        .core = &oobx__core_api,
     };
     int rc = ops->create(&p, &n->tp);
     if (rc) {

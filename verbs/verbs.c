@@ -890,7 +890,7 @@ static int verbs_unavailable(const oobx_log_t *log, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    oobx__set_last_error("%s", msg);
+    log->api->set_last_error("%s", msg);
     OOBX_INFO(log, "%s", msg);
     return OOBX_ERR_UNAVAILABLE;
 }
@@ -913,6 +913,7 @@ static int verbs_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->nranks = p->nranks;
     tp->magic = p->magic;
     tp->settings = p->settings;
+    tp->core = p->core;
     tp->log = p->log;
     tp->sink = p->sink;
     tp->rx_peer = tp->tx_peer = -1;
@@ -929,7 +930,7 @@ static int verbs_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     int rc;
     char why[768];
     verbs_choice_t ch;
-    rc = verbs_choose(p->settings, p->root_hint, p->root_hint_len, &ch, why, sizeof(why));
+    rc = verbs_choose(p->core, p->settings, p->root_hint, p->root_hint_len, &ch, why, sizeof(why));
     if (rc != 0) {
         rc = rc == OOBX_ERR_UNAVAILABLE ? verbs_unavailable(p->log, "verbs: %s", why)
                                         : oobx__fail(p->log, rc, "verbs: %s", why);
@@ -1178,9 +1179,17 @@ void verbs_tp_dump(oobx_tp_t *base, FILE *out)
     }
 }
 
+static const oobx_setting_desc_t verbs_settings[] = {{NULL, NULL, NULL, 0, 0, 0}};
+
+static void verbs_describe_op(FILE *out, const oobx_settings_t *s, const oobx_core_api_t *core)
+{
+    verbs_describe(out, s, core);
+}
+
 const oobx_tp_ops_t oobx_verbs_ops = {
     .version = OOBX_TP_VERSION,
     .name = "verbs",
+    .settings = verbs_settings,
     .create = verbs_create,
     .address = verbs_address,
     .set_peer = verbs_set_peer,
@@ -1188,6 +1197,20 @@ const oobx_tp_ops_t oobx_verbs_ops = {
     .send = verbs_send,
     .progress = verbs_progress,
     .wait_prepare = verbs_wait_prepare,
+    .sleep = oobx_tp_sleep_poll,
     .peer_name = verbs_peer_name,
+    .describe = verbs_describe_op,
     .destroy = verbs_destroy,
 };
+
+oobx__module_export int oobx_tp_module_init(const oobx_core_api_t *api, const oobx_tp_ops_t **ops, char *why,
+                                            size_t whylen)
+{
+    if (!api || api->version != OOBX_CORE_API_VERSION || api->size < sizeof(oobx_core_api_t)) {
+        snprintf(why, whylen, "verbs: core interface version %u (%u bytes), this module needs %d (%zu bytes)",
+                 api ? api->version : 0, api ? api->size : 0, OOBX_CORE_API_VERSION, sizeof(oobx_core_api_t));
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    *ops = &oobx_verbs_ops;
+    return 0;
+}

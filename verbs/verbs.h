@@ -14,6 +14,7 @@
 
 #include "settings.h"
 #include "log.h"
+#include "tp_module.h"
 #include "transport.h"
 #include "verbs_wire.h"
 
@@ -42,7 +43,7 @@ typedef struct verbs_choice {
 
 /* Picks the device (OOBX_NET_DEVICE, else topology) and the IP for rdma_cm.
  * 0, or OOBX_ERR_UNAVAILABLE / OOBX_ERR_INVALID with the reason in why. */
-int verbs_choose(const oobx_settings_t *s, const void *root_hint, unsigned root_hint_len, verbs_choice_t *out,
+int verbs_choose(const oobx_core_api_t *core, const oobx_settings_t *s, const void *root_hint, unsigned root_hint_len, verbs_choice_t *out,
                  char *why, size_t whylen);
 
 void verbs_addr_format(const struct sockaddr *sa, char *buf, size_t len);
@@ -62,6 +63,7 @@ void verbs_tp_stats(oobx_tp_t *tp, verbs_stats_t *st);
 void verbs_tp_dump(oobx_tp_t *tp, FILE *out);
 
 extern const oobx_tp_ops_t oobx_verbs_ops;
-int oobx_verbs_describe(FILE *out, const oobx_settings_t *s);
+/* the describe op: devices, ports and the choice, for oobx-info -u */
+void verbs_describe(FILE *out, const oobx_settings_t *s, const oobx_core_api_t *core);
 
 #endif

@@ -1,9 +1,9 @@
 /*
  * The verbs transport: which device and which IP address this rank uses, and
- * oobx_verbs_describe() for `oobx-info -u`.
+ * verbs_describe() (the describe op) for `oobx-info -u`.
  *
  * The device is the one OOBX_NET_DEVICE names ("mlx5_0" or "mlx5_0:1"), else
- * the one oobx__topo_pick_device() ranks closest to the rank (OOBX_TOPO_PCI, else
+ * the one the core's topo_pick_device() ranks closest to the rank (OOBX_TOPO_PCI, else
  * the calling thread's binding). rdma_cm binds to an IP address, and the
  * address decides the device: so the address is one of the chosen device's
  * own network interfaces (sysfs device/net, filtered by OOBX_SOCKET_IFNAME
@@ -92,26 +92,26 @@ static int verbs_dev_netdevs(const char *dev, int port, char names[][IF_NAMESIZE
 }
 
 /* The IP of the chosen device's own interfaces, if it has any that pass the filters. */
-static int verbs_dev_ip(const oobx_settings_t *s, const char *dev, int port, verbs_choice_t *out)
+static int verbs_dev_ip(const oobx_core_api_t *core, const oobx_settings_t *s, const char *dev, int port, verbs_choice_t *out)
 {
     char nd[16][IF_NAMESIZE];
     int nnd = verbs_dev_netdevs(dev, port, nd, 16);
     if (nnd == 0) return 0;
     topo_if_t *ifs = NULL;
     int nifs = 0;
-    if (oobx__topo_if_list(&ifs, &nifs) != 0) return 0;
+    if (core->topo_if_list(&ifs, &nifs) != 0) return 0;
     int found = 0;
     for (int i = 0; i < nifs && !found; i++) {
         const topo_if_t *f = &ifs[i];
         int mine = 0;
         for (int k = 0; k < nnd; k++) mine |= strcmp(f->name, nd[k]) == 0;
-        if (!mine || !oobx__topo_ifname_match(s->socket_ifname, f->name)) continue;
+        if (!mine || !core->topo_ifname_match(s->socket_ifname, f->name)) continue;
         if (s->socket_family != AF_UNSPEC && f->family != s->socket_family) continue;
         if (f->linklocal && !s->socket_linklocal) continue;
         memcpy(&out->addr, &f->addr, f->addrlen);
         out->addrlen = f->addrlen;
         char a[96];
-        oobx__topo_if_format(f, a, sizeof(a));
+        core->topo_if_format(f, a, sizeof(a));
         snprintf(out->why_ip, sizeof(out->why_ip), "%s %s: an interface of %s", f->name, a, dev);
         found = 1;
     }
@@ -119,7 +119,7 @@ static int verbs_dev_ip(const oobx_settings_t *s, const char *dev, int port, ver
     return found;
 }
 
-int verbs_choose(const oobx_settings_t *s, const void *root_hint, unsigned root_hint_len, verbs_choice_t *out,
+int verbs_choose(const oobx_core_api_t *core, const oobx_settings_t *s, const void *root_hint, unsigned root_hint_len, verbs_choice_t *out,
                  char *why, size_t whylen)
 {
     memset(out, 0, sizeof(*out));
@@ -150,12 +150,12 @@ int verbs_choose(const oobx_settings_t *s, const void *root_hint, unsigned root_
         .net_device = s->net_device[0] ? s->net_device : NULL,
     };
     char pwhy[512] = "";
-    int idx = oobx__topo_pick_device(&req, names, ndev, pwhy, sizeof(pwhy));
+    int idx = core->topo_pick_device(&req, names, ndev, pwhy, sizeof(pwhy));
     if (idx < 0 || idx >= ndev) {
         int rc = idx < 0 ? idx : OOBX_ERR_INTERNAL;
         if (s->net_device[0]) {
             char all[512] = "";
-            for (int i = 0; i < ndev; i++) oobx__topo_appendf(all, sizeof(all), "%s%s", i ? ", " : "", names[i]);
+            for (int i = 0; i < ndev; i++) core->appendf(all, sizeof(all), "%s%s", i ? ", " : "", names[i]);
             snprintf(why, whylen, "OOBX_NET_DEVICE=%s names no RDMA device here (found: %s)", s->net_device, all);
             rc = OOBX_ERR_UNAVAILABLE;
         } else {
@@ -172,7 +172,7 @@ int verbs_choose(const oobx_settings_t *s, const void *root_hint, unsigned root_
     const char *colon = s->net_device[0] ? strchr(s->net_device, ':') : NULL;
     if (colon) out->port = atoi(colon + 1);
 
-    if (verbs_dev_ip(s, out->dev, out->port, out)) return 0;
+    if (verbs_dev_ip(core, s, out->dev, out->port, out)) return 0;
     topo_request_t ireq = {
         .ifname_spec = s->socket_ifname,
         .family = s->socket_family,
@@ -183,7 +183,7 @@ int verbs_choose(const oobx_settings_t *s, const void *root_hint, unsigned root_
     };
     topo_if_t ifc;
     char iwhy[400] = "";
-    int rc = oobx__topo_pick_if(&ireq, &ifc, iwhy, sizeof(iwhy));
+    int rc = core->topo_pick_if(&ireq, &ifc, iwhy, sizeof(iwhy));
     if (rc != 0) {
         snprintf(why, whylen, "device %s has no network interface of its own and no interface qualifies: %s",
                  out->dev, iwhy);
@@ -217,7 +217,7 @@ static const char *verbs_link_layer_str(int ll)
     }
 }
 
-int oobx_verbs_describe(FILE *out, const oobx_settings_t *s)
+void verbs_describe(FILE *out, const oobx_settings_t *s, const oobx_core_api_t *core)
 {
     int ndev = 0;
     struct ibv_device **list = ibv_get_device_list(&ndev);
@@ -225,7 +225,7 @@ int oobx_verbs_describe(FILE *out, const oobx_settings_t *s)
     if (!list || ndev <= 0) {
         if (list) ibv_free_device_list(list);
         fprintf(out, "  no RDMA device (ibv_get_device_list found none)\n  usable: no\n");
-        return OOBX_ERR_UNAVAILABLE;
+        return;
     }
     fprintf(out, "  devices:\n");
     for (int i = 0; i < ndev; i++) {
@@ -270,10 +270,10 @@ int oobx_verbs_describe(FILE *out, const oobx_settings_t *s)
             s->socket_ifname[0] ? s->socket_ifname : "(unset)");
     verbs_choice_t ch;
     char why[600];
-    int rc = verbs_choose(s, NULL, 0, &ch, why, sizeof(why));
+    int rc = verbs_choose(core, s, NULL, 0, &ch, why, sizeof(why));
     if (rc != 0) {
         fprintf(out, "  usable: no (%s)\n", why);
-        return rc;
+        return;
     }
     char a[96];
     verbs_addr_format((const struct sockaddr *)&ch.addr, a, sizeof(a));
@@ -305,5 +305,5 @@ int oobx_verbs_describe(FILE *out, const oobx_settings_t *s)
     }
     if (id) rdma_destroy_id(id);
     if (ec) rdma_destroy_event_channel(ec);
-    return rc;
+    return;
 }

@@ -110,6 +110,7 @@ struct verbs_tp {
     int rank, nranks;
     uint64_t magic;
     const oobx_settings_t *settings;
+    const oobx_core_api_t *core; /* the core's services */
     const oobx_log_t *log;
     oobx_tp_sink_t sink;
     char dev[VERBS_DEV_NAME_MAX];

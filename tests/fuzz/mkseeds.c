@@ -12,6 +12,7 @@
 #include "root.h"
 #include "ucx_wire.h"
 #include "verbs_wire.h"
+#include "tp_table.h"
 #include "wire.h"
 
 static const char *top;
@@ -53,11 +54,11 @@ static void hellos(void)
 static void reports(void)
 {
     unsigned char b[OOBX_REPORT_BYTES];
-    oobx_report_t r = {.rank = 5, .nranks = 16, .iroot = 1, .nroots = 3, .tpid = OOBX_TPID_SOCKET, .blob_len = 28};
+    oobx_report_t r = {.rank = 5, .nranks = 16, .iroot = 1, .nroots = 3, .tpid = oobx__tp_find("socket")->id, .blob_len = 28};
     oobx__report_encode(&r, b);
     put("report", "rank5of16", b, sizeof b);
     r.rank = 16; /* the wrap-around extra report */
-    r.tpid = OOBX_TPID_UCX;
+    r.tpid = oobx__tp_find("ucx")->id;
     r.blob_len = OOBX_ADDR_MAX;
     oobx__report_encode(&r, b);
     put("report", "extra", b, sizeof b);

@@ -95,6 +95,7 @@ static void node_init(node_t *n, int rank, int nranks, const char *ring_mode)
         .log = &n->log,
         .sink = {.core = n, .msg_begin = sink_begin, .msg_end = sink_end, .peer_failed = sink_failed},
         .wake_fd = -1,
+        .core = &oobx__core_api,
     };
     int rc = oobx_ucx_ops.create(&p, &n->tp);
     if (rc) fail_msg("create: %d (%s)", rc, oobx_last_error());

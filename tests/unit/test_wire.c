@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "tp_table.h"
 #include "wire.h"
 
 static void le32(unsigned char *p, uint32_t v)
@@ -111,7 +112,7 @@ static void test_report(void **state)
     unsigned char b[64];
     oobx_report_t r;
     char why[256];
-    report_bytes(b, 5, 16, 1, 3, OOBX_TPID_SOCKET, 28);
+    report_bytes(b, 5, 16, 1, 3, oobx__tp_find("socket")->id, 28);
     assert_int_equal(oobx__report_decode(b, OOBX_REPORT_BYTES, &r, why, sizeof why), 0);
     assert_int_equal(r.rank, 5);
     assert_int_equal(r.nranks, 16);
@@ -123,7 +124,7 @@ static void test_report(void **state)
     assert_memory_equal(e, b, OOBX_REPORT_BYTES);
     assert_int_equal(oobx__report_decode(b, sizeof b, &r, why, sizeof why), 0);
     /* the wrap-around extra report carries rank == nranks */
-    report_bytes(b, 16, 16, 2, 3, OOBX_TPID_UCX, OOBX_ADDR_MAX);
+    report_bytes(b, 16, 16, 2, 3, oobx__tp_find("ucx")->id, OOBX_ADDR_MAX);
     assert_int_equal(oobx__report_decode(b, OOBX_REPORT_BYTES, &r, why, sizeof why), 0);
     for (size_t len = 0; len < OOBX_REPORT_BYTES; len++)
         EXPECT_REJECT(oobx__report_decode(b, len, &r, WHY), r, OOBX_ERR_PROTOCOL);

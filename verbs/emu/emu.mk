@@ -6,7 +6,8 @@
 ifeq ($(HAVE_VERBS),1)
 VERBS_EMU_SRC := $(filter-out verbs/emu/test_%.c verbs/emu/preload_%.c,$(wildcard verbs/emu/*.c))
 VERBS_EMU_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(VERBS_EMU_SRC))
-VERBS_EMU_SO  := $(LIBDIR)/liboobx-verbs-emu.so
+# a test device: built under tests/, never installed
+VERBS_EMU_SO  := $(BUILD)/tests/verbs-emu/liboobx-verbs-emu.so
 # no version script: an unversioned definition satisfies the versioned references
 # (ibv_get_device_list@IBVERBS_1.1 ...) of objects linked with the real libraries
 $(VERBS_EMU_SO): $(VERBS_EMU_OBJ)

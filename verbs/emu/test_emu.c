@@ -1581,7 +1581,7 @@ static void test_ld_preload(void **state)
     snprintf(prog, sizeof(prog), "%s/../verbs-emu/preload_check", exe);
     snprintf(dl, sizeof(dl), "%s/../verbs-emu/preload_dlopen", exe);
     snprintf(mod, sizeof(mod), "%s/../verbs-emu/preload_check_mod.so", exe);
-    snprintf(so, sizeof(so), "%s/../../lib/liboobx-verbs-emu.so", exe);
+    snprintf(so, sizeof(so), "%s/../verbs-emu/liboobx-verbs-emu.so", exe);
     if (access(prog, X_OK) != 0 || access(so, R_OK) != 0 || access(dl, X_OK) != 0 || access(mod, R_OK) != 0) {
         print_message("%s, %s, %s or %s not built\n", prog, dl, mod, so);
         fail();

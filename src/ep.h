@@ -1,24 +1,26 @@
 /*
- * The core's objects: the endpoint (one transport instance, tag matching and
- * the progress engine, shared by a communicator and its split children) and
- * the communicator.
+ * The endpoint: one transport instance, tag matching and the progress
+ * engine, shared by a communicator and its split children.
+ *
+ * The layers above (collectives, p2p, communicators) reach it through a view
+ * (oobx__ep_view_t): which endpoint, the context id of the messages, the
+ * mapping of the caller's ranks onto endpoint ranks, where to log, and what
+ * cancels a wait. The endpoint never sees a communicator.
  */
-#ifndef OOBX_CORE_H
-#define OOBX_CORE_H
+#ifndef OOBX_EP_H
+#define OOBX_EP_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "comm_debug.h"
 #include "log.h"
 #include "oobx.h"
 #include "settings.h"
-#include "sock.h"
 #include "transport.h"
 
 /* A posted receive, or an arrived message nobody asked for yet. Both start
- * with `ux` so that a transport cookie can point at either. */
+ * with `is_ux` so that a transport cookie can point at either. */
 typedef struct oobx_rreq {
     int is_ux; /* 0 */
     struct oobx_rreq *next, *prev; /* match queue, or the in-flight list */
@@ -53,6 +55,7 @@ typedef struct oobx_ep {
     pthread_cond_t cond;
     int refs;
     oobx_tp_t *tp;
+    const oobx_tp_ops_t *ops; /* tp's ops: complete (no NULL entries), checked at load */
     int rank, nranks;
     int poller;     /* a thread sleeps in poll() for everyone */
     int wake_fd;    /* timerfd: wakes that thread (at once, or at the deadline) */
@@ -75,83 +78,62 @@ typedef struct oobx_ep {
     size_t ngraveyard;
 } oobx_ep_t;
 
-struct oobx_comm {
+/* What a caller above the endpoint shows of itself. Ranks in calls through a
+ * view are view ranks; ep_rank maps them onto endpoint ranks. */
+typedef struct oobx__ep_view {
     oobx_ep_t *ep;
-    int rank, nranks;
-    int *ep_rank; /* comm rank -> endpoint rank; NULL: the same */
-    uint64_t ctx;
-    uint32_t coll_seq;
-    uint32_t split_seq;
-    struct group_seq {
-        uint64_t gid;
-        uint32_t seq;
-    } *gseq;
-    int ngseq, capgseq;
-    oobx_settings_t settings;
-    oobx_log_t log;
-    atomic_int aborted;
-    volatile uint32_t *user_abort;
-    oobx_init_timings_t timings;
-    uint64_t root_magic; /* of a root this process hosts for this comm, to reap */
-    char transport[16];
-};
+    uint64_t ctx;                   /* context id: messages of other views never match */
+    int rank, nranks;               /* the caller's rank and size */
+    const int *ep_rank;             /* view rank -> endpoint rank; NULL: the same */
+    const char *rank_note;          /* appended to peer names when mapped ("of the parent") */
+    const oobx_log_t *log;
+    const oobx_settings_t *settings; /* timeout, chunk and algorithm choices */
+    const atomic_int *aborted;      /* oobx_comm_abort's flag */
+    const volatile uint32_t *user_abort; /* oobx_config_t.abort_flag, or NULL */
+} oobx__ep_view_t;
 
-static inline int comm_ep_rank(const struct oobx_comm *c, int r)
+static inline int oobx__ep_view_rank(const oobx__ep_view_t *v, int r)
 {
-    return c->ep_rank ? c->ep_rank[r] : r;
+    return v->ep_rank ? v->ep_rank[r] : r;
 }
 
-/* ---- endpoint (src/ep.c) ---- */
 int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out);
 void oobx__ep_release(oobx_ep_t *ep);
 /* the transport sink that points at ep */
 oobx_tp_sink_t oobx__ep_sink(oobx_ep_t *ep);
+int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks);
 
 /* All of these are called with ep->lock held. */
-int oobx__ep_isend(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
-             oobx_sreq_t *req);
-/* Posts a receive from comm rank peer. Returns 0 or an error (peer failed). */
-int oobx__ep_irecv(struct oobx_comm *c, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *req);
+int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
+                   oobx_sreq_t *req);
+/* Posts a receive from view rank peer. Returns 0 or an error (peer failed). */
+int oobx__ep_irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap,
+                   oobx_rreq_t *req);
 /* Cancels an incomplete posted receive (on error paths). Returns 1 when the
  * transport may still write into it: then its memory (and its buffer) must
  * be handed to oobx__ep_adopt instead of freed. */
-int oobx__ep_cancel_recv(struct oobx_comm *c, uint32_t kind, uint64_t tag, oobx_rreq_t *req);
+int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, oobx_rreq_t *req);
 /* Wakes the thread sleeping for the endpoint (lock held). */
 void oobx__ep_wake(oobx_ep_t *ep);
 /* The endpoint frees p when it goes away. */
 void oobx__ep_adopt(oobx_ep_t *ep, void *p);
-int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks);
 
 /* Sleeps until done(arg) is true, making progress. done may post more
  * requests. Returns 0, OOBX_ERR_TIMEOUT or OOBX_ERR_ABORTED; the caller writes
- * the error message. */
-typedef int (*ep_done_fn)(void *arg);
-int oobx__ep_wait(struct oobx_comm *c, ep_done_fn done, void *arg, uint64_t deadline_ns);
+ * the error message (oobx__ep_wait_error). */
+typedef int (*oobx__ep_done_fn)(void *arg);
+int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns);
 
-/* Drops the queued messages of a communicator that goes away (its endpoint lives on). */
+/* Drops the queued messages of a context that goes away (its endpoint lives on). */
 void oobx__ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx);
 
 /* Text for why peer (endpoint rank) failed, or NULL. */
 const char *oobx__ep_failed_what(oobx_ep_t *ep, int peer);
 
-/* ---- collectives (src/coll.c) ---- */
-typedef struct coll_group {
-    int n, me;
-    const int *members; /* comm ranks, NULL: all */
-    uint64_t gid;       /* 0: the whole communicator */
-    uint32_t seq;
-} coll_group_t;
-
-int oobx__coll_allgather(struct oobx_comm *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo);
-int oobx__coll_barrier(struct oobx_comm *c, const coll_group_t *g);
-int oobx__coll_bcast(struct oobx_comm *c, const coll_group_t *g, int root, void *buf, size_t bytes);
-/* Ring allgather of variable-length items of at most cap bytes: items[i]
- * (cap bytes each) holds rank i's item, lens[i] its length; used at init. */
-int oobx__coll_ring_allgatherv(struct oobx_comm *c, char *items, size_t cap, size_t *lens);
-
-/* Describes comm rank r for messages: "rank 3 (10.0.0.7:4100)". */
-void comm_peer_name(struct oobx_comm *c, int r, char *buf, size_t len);
-/* Status of an oobx__ep_wait that ended early, with the message written. */
-int comm_wait_error(struct oobx_comm *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Names view rank r for messages: "rank 3 (10.0.0.7:4100)". */
+void oobx__ep_peer_name(const oobx__ep_view_t *v, int r, char *buf, size_t len);
+/* Records and logs the error of a wait that ended early (rc from
+ * oobx__ep_wait): "<what>: timed out (OOBX_TIMEOUT_MS=...)". Returns rc. */
+int oobx__ep_wait_error(const oobx__ep_view_t *v, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

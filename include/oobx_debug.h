@@ -1,0 +1,46 @@
+/*
+ * oobx diagnostics: calls for tools, tests and benchmarks that look inside a
+ * communicator. Exported and kept stable like oobx.h, but not needed by
+ * applications. Include after oobx.h.
+ */
+#ifndef OOBX_DEBUG_H
+#define OOBX_DEBUG_H
+
+#include <stddef.h>
+
+#include "oobx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Seconds spent in each phase of a communicator's init. The struct may grow
+ * at its end in later versions: set struct_size (OOBX_INIT_TIMINGS_INIT does)
+ * and the library fills only what fits. */
+typedef struct oobx_init_timings {
+    size_t struct_size;
+    double total;     /* the whole oobx_comm_init */
+    double create;    /* transport instance and listeners */
+    double delay;     /* stagger before contacting the root */
+    double root;      /* report to the root(s) and wait for the ring neighbour */
+    double ring;      /* connect the ring */
+    double allgather; /* exchange of every rank's address card */
+    double local;     /* of allgather: the same-host part (0: not node-aware) */
+    int hosts;        /* hosts the communicator spans */
+    int local_ranks;  /* ranks on this rank's host */
+} oobx_init_timings_t;
+
+#define OOBX_INIT_TIMINGS_INIT {.struct_size = sizeof(oobx_init_timings_t)}
+
+/* Copies comm's init timings into *t (as much as t->struct_size holds; 0
+ * there means the whole struct of this header). */
+OOBX_API int oobx_comm_get_init_timings(oobx_comm_t comm, oobx_init_timings_t *t);
+
+/* Number of open file descriptors of this process (from /proc/self/fd), or -1. */
+OOBX_API int oobx_debug_count_fds(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OOBX_DEBUG_H */

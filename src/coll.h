@@ -1,0 +1,29 @@
+/*
+ * Collectives over an endpoint view: the pipelined ring and Bruck
+ * allgathers, the dissemination barrier, the pipelined binomial broadcast.
+ * Every algorithm runs over a group (a subset of the view's ranks, or all of
+ * them). Called with the endpoint lock held.
+ */
+#ifndef OOBX_COLL_H
+#define OOBX_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ep.h"
+
+typedef struct coll_group {
+    int n, me;
+    const int *members; /* view ranks, NULL: all */
+    uint64_t gid;       /* 0: the whole view */
+    uint32_t seq;
+} coll_group_t;
+
+int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo);
+int oobx__coll_barrier(const oobx__ep_view_t *c, const coll_group_t *g);
+int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, void *buf, size_t bytes);
+/* Ring allgather of variable-length items of at most cap bytes: items[i]
+ * (cap bytes each) holds rank i's item, lens[i] its length; used at init. */
+int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens);
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * The communicator: what oobx_comm_t points at. The public calls live in
+ * comm.c (init, queries, collectives, split, abort, destroy) and p2p.c
+ * (send, receive); both reach the endpoint only through the view v.
+ */
+#ifndef OOBX_COMM_H
+#define OOBX_COMM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "ep.h"
+#include "log.h"
+#include "oobx.h"
+#include "oobx_debug.h"
+#include "settings.h"
+
+struct oobx_comm {
+    oobx__ep_view_t v;  /* endpoint, context, rank and size, rank map, log, cancellation */
+    int *ep_rank;       /* owned rank map of a split child (v.ep_rank), or NULL */
+    uint32_t coll_seq;
+    uint32_t split_seq;
+    struct group_seq {
+        uint64_t gid;
+        uint32_t seq;
+    } *gseq;
+    int ngseq, capgseq;
+    oobx_settings_t settings;
+    oobx_log_t log;
+    atomic_int aborted;
+    oobx_init_timings_t timings;
+    uint64_t root_magic; /* of a root this process hosts for this comm, to reap */
+    char transport[16];
+};
+
+/* 0, or the error (recorded) when c is NULL or aborted; fn names the call. */
+int oobx__comm_check(struct oobx_comm *c, const char *fn);
+
+#endif

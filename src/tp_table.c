@@ -1,0 +1,189 @@
+/* The transport table, the module loader and the services the core hands
+ * to modules. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "oobx.h"
+#include "tp_module.h"
+#include "tp_table.h"
+#include "util.h"
+
+static const oobx__tp_entry_t tp_table[] = {
+    {.name = "ucx", .id = 2, .auto_order = 1, .builtin = NULL, .module = "liboobx-ucx.so"},
+    {.name = "verbs", .id = 3, .auto_order = 2, .builtin = NULL, .module = "liboobx-verbs.so"},
+    {.name = "socket", .id = 1, .auto_order = 3, .builtin = &oobx__socket_ops, .module = NULL},
+};
+
+const oobx__tp_entry_t *oobx__tp_table(int *n)
+{
+    *n = (int)OOBX_ARRAY_SIZE(tp_table);
+    return tp_table;
+}
+
+const oobx__tp_entry_t *oobx__tp_find(const char *name)
+{
+    for (size_t i = 0; name && i < OOBX_ARRAY_SIZE(tp_table); i++)
+        if (!strcmp(tp_table[i].name, name)) return &tp_table[i];
+    return NULL;
+}
+
+const oobx__tp_entry_t *oobx__tp_by_id(uint32_t id)
+{
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE(tp_table); i++)
+        if (tp_table[i].id == id) return &tp_table[i];
+    return NULL;
+}
+
+void oobx__tp_names(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    size_t o = 0;
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE(tp_table) && o < len; i++) {
+        int k = snprintf(buf + o, len - o, "%s%s", i ? ", " : "", tp_table[i].name);
+        if (k < 0) break;
+        o += (size_t)k;
+    }
+}
+
+const char *oobx__tp_module_dir(const oobx_settings_t *s)
+{
+    return s && s->module_dir[0] ? s->module_dir : oobx__module_dir_builtin;
+}
+
+/* The names of the required ops that are NULL in o, or "" when complete. */
+static void missing_ops(const oobx_tp_ops_t *o, char *out, size_t len)
+{
+    out[0] = '\0';
+#define OOBX_CHECK_OP_(op) \
+    if (!o->op) oobx__topo_appendf(out, len, "%s%s", out[0] ? ", " : "", #op);
+    OOBX_CHECK_OP_(create)
+    OOBX_CHECK_OP_(address)
+    OOBX_CHECK_OP_(set_peer)
+    OOBX_CHECK_OP_(ring)
+    OOBX_CHECK_OP_(send)
+    OOBX_CHECK_OP_(progress)
+    OOBX_CHECK_OP_(wait_prepare)
+    OOBX_CHECK_OP_(sleep)
+    OOBX_CHECK_OP_(describe)
+    OOBX_CHECK_OP_(peer_name)
+    OOBX_CHECK_OP_(destroy)
+    OOBX_CHECK_OP_(settings)
+#undef OOBX_CHECK_OP_
+}
+
+int oobx__tp_lookup(const char *name, const oobx_settings_t *s, const oobx_tp_ops_t **ops, char *why, size_t whylen)
+{
+    const oobx__tp_entry_t *e = oobx__tp_find(name);
+    if (!e) {
+        char names[128];
+        oobx__tp_names(names, sizeof(names));
+        snprintf(why, whylen, "no transport named \"%s\" (there are %s)", name, names);
+        return OOBX_ERR_INVALID;
+    }
+    if (e->builtin) {
+        *ops = e->builtin;
+        return 0;
+    }
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", oobx__tp_module_dir(s), e->module);
+    /* the same module stays loaded: dlopen counts references and returns the same handle */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, whylen, "module %s does not load: %s", path, dlerror());
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    oobx_tp_module_init_fn init;
+    *(void **)&init = dlsym(h, OOBX_TP_MODULE_INIT);
+    if (!init) {
+        snprintf(why, whylen, "module %s has no %s", path, OOBX_TP_MODULE_INIT);
+        dlclose(h);
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    const oobx_tp_ops_t *o = NULL;
+    char mwhy[400] = "";
+    int rc = init(&oobx__core_api, &o, mwhy, sizeof(mwhy));
+    if (rc != 0 || !o) {
+        snprintf(why, whylen, "module %s refuses this library: %s", path, mwhy[0] ? mwhy : "no reason given");
+        dlclose(h);
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    char missing[160];
+    if (o->version != OOBX_TP_VERSION) {
+        snprintf(why, whylen, "module %s has interface version %d, the library %d", path, o->version, OOBX_TP_VERSION);
+    } else if (!o->name || strcmp(o->name, e->name)) {
+        snprintf(why, whylen, "module %s is the \"%s\" transport, not \"%s\"", path, o->name ? o->name : "(null)",
+                 e->name);
+    } else {
+        missing_ops(o, missing, sizeof(missing));
+        if (!missing[0]) {
+            *ops = o;
+            return 0;
+        }
+        snprintf(why, whylen, "module %s leaves ops unset: %s", path, missing);
+    }
+    dlclose(h);
+    return OOBX_ERR_UNAVAILABLE;
+}
+
+static void probe_failed(void *core, int peer, int status, const char *what)
+{
+    (void)core;
+    (void)peer;
+    (void)status;
+    (void)what;
+}
+
+static void *probe_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
+{
+    (void)core;
+    (void)hdr;
+    *cookie = NULL;
+    return NULL;
+}
+
+static void probe_end(void *core, void *cookie)
+{
+    (void)core;
+    (void)cookie;
+}
+
+int oobx__tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen)
+{
+    const oobx_tp_ops_t *ops;
+    int rc = oobx__tp_lookup(name, s, &ops, why, whylen);
+    if (rc != 0) return rc;
+    oobx_log_t log;
+    oobx_settings_t quiet = *s;
+    quiet.log_level = OOBX_LOG_NONE;
+    oobx__log_open(&log, &quiet, "probe");
+    oobx_tp_params_t p = {.rank = 0, .nranks = 1, .magic = oobx__random64(), .settings = &quiet, .log = &log,
+                          .sink = {.core = NULL, .msg_begin = probe_begin, .msg_end = probe_end,
+                                   .peer_failed = probe_failed},
+                          .wake_fd = -1, .core = &oobx__core_api};
+    oobx_tp_t *tp = NULL;
+    rc = ops->create(&p, &tp);
+    if (rc != 0) snprintf(why, whylen, "%s", oobx_last_error());
+    else ops->destroy(tp);
+    oobx__log_close(&log);
+    return rc;
+}
+
+/* ---- what modules get ---- */
+
+const oobx_core_api_t oobx__core_api = {
+    .version = OOBX_CORE_API_VERSION,
+    .size = sizeof(oobx_core_api_t),
+    .log = oobx__log,
+    .fail = oobx__fail,
+    .set_last_error = oobx__set_last_error,
+    .last_error = oobx_last_error,
+    .strerror = oobx_strerror,
+    .settings_parse = oobx__settings_parse,
+    .topo_pick_device = oobx__topo_pick_device,
+    .topo_pick_if = oobx__topo_pick_if,
+    .topo_if_list = oobx__topo_if_list,
+    .topo_ifname_match = oobx__topo_ifname_match,
+    .topo_if_format = oobx__topo_if_format,
+    .appendf = oobx__topo_appendf,
+};

@@ -1,0 +1,50 @@
+/*
+ * The one table of transports: {name, wire id, auto order, built-in ops or
+ * module file}. Settings, init, the root, the wire parsers and oobx-info all
+ * read it; no other place names a transport.
+ */
+#ifndef OOBX_TP_TABLE_H
+#define OOBX_TP_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "settings.h"
+#include "transport.h"
+
+typedef struct oobx__tp_entry {
+    const char *name;            /* "socket", "ucx", "verbs": OOBX_TRANSPORT and oobx_comm_transport() */
+    uint32_t id;                 /* on the wire (root reports): 1.. */
+    int auto_order;              /* place in OOBX_TRANSPORT=auto, 1 first; 0: never by auto */
+    const oobx_tp_ops_t *builtin; /* linked into the core, or NULL */
+    const char *module;          /* file in the module directory, or NULL */
+} oobx__tp_entry_t;
+
+/* Every transport, in auto order; *n gets the count. */
+const oobx__tp_entry_t *oobx__tp_table(int *n);
+const oobx__tp_entry_t *oobx__tp_find(const char *name); /* NULL: no such transport */
+const oobx__tp_entry_t *oobx__tp_by_id(uint32_t id);      /* NULL: no such id */
+/* "socket, ucx, verbs" */
+void oobx__tp_names(char *buf, size_t len);
+
+/* The module directory in effect for s: OOBX_MODULE_DIR, else the one fixed
+ * when the library was built (the build tree) or installed ($(LIBDIR)/oobx). */
+const char *oobx__tp_module_dir(const oobx_settings_t *s);
+
+/* Finds a transport's ops, loading its module from the module directory when
+ * needed; the table is checked (version, every op set). Returns 0 and *ops,
+ * OOBX_ERR_INVALID for an unknown name, or OOBX_ERR_UNAVAILABLE with why
+ * naming the file and the reason. */
+int oobx__tp_lookup(const char *name, const oobx_settings_t *s, const oobx_tp_ops_t **ops, char *why,
+                    size_t whylen);
+
+/* Checks that transport name can run here: loads it and creates and destroys
+ * a one-rank instance. 0, or an error with the reason in why. */
+int oobx__tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen);
+
+extern const oobx_tp_ops_t oobx__socket_ops; /* built in (socket.c) */
+
+/* The module directory compiled into this copy of the library (moddir.c). */
+extern const char oobx__module_dir_builtin[];
+
+#endif
