@@ -169,7 +169,7 @@ $(INST_PC): oobx.pc.in FORCE
 	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@REQUIRES_PRIVATE@|$(PC_REQUIRES)|g' \
 	    -e 's|@LIBS_PRIVATE@|$(filter-out $(shell $(PKG_CONFIG) --libs hwloc 2>/dev/null),$(LIB_LIBS)) -pthread|g' $< > $@
 
-install: all $(INST_SO_FILE) $(INST_A) $(INST_PC)
+install: all $(INST_SO_FILE) $(INST_A) $(INST_PC) $(INSTALL_BINS_STAGED)
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(BINDIR_INST)
 	install -m 644 include/oobx.h include/oobx_debug.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 755 $(INST_SO_FILE) $(DESTDIR)$(LIBDIR)/
@@ -178,7 +178,7 @@ install: all $(INST_SO_FILE) $(INST_A) $(INST_PC)
 	install -m 644 $(INST_A) $(DESTDIR)$(LIBDIR)/
 	$(if $(MODULE_SOS),install -m 755 $(MODULE_SOS) $(DESTDIR)$(MODULEDIR)/)
 	install -m 644 $(INST_PC) $(DESTDIR)$(LIBDIR)/pkgconfig/
-	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR_INST)/
+	install -m 755 $(INSTALL_BINS) $(INSTALL_BINS_STAGED) $(DESTDIR)$(BINDIR_INST)/
 
 # removes exactly what install put there (and the directories it made, when empty)
 uninstall:
@@ -186,7 +186,7 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/liboobx.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/liboobx.so
 	rm -f $(DESTDIR)$(LIBDIR)/liboobx.a $(DESTDIR)$(LIBDIR)/pkgconfig/oobx.pc
 	rm -f $(addprefix $(DESTDIR)$(MODULEDIR)/,$(INST_MODULES))
-	rm -f $(addprefix $(DESTDIR)$(BINDIR_INST)/,$(notdir $(INSTALL_BINS)))
+	rm -f $(addprefix $(DESTDIR)$(BINDIR_INST)/,$(notdir $(INSTALL_BINS) $(INSTALL_BINS_STAGED)))
 	-rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig 2>/dev/null
 
 FORCE:

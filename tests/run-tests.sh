@@ -116,6 +116,11 @@ if [ "$mode" != long ]; then
     done
 fi
 
+# the library as shipped: symbols, soname, modules, install (not for sanitizer builds)
+if [ "$mode" = check ]; then
+    suite abi-install 600 -- bash tests/abi/check-abi.sh "$build"
+fi
+
 # the verbs transport: on a real RDMA device when the host has one, else on
 # the emulated device (verbs/emu/, preloaded in front of libibverbs/librdmacm)
 verbs_name= verbs_env=()

@@ -21,7 +21,12 @@ $(BINDIR)/oobx-%: $(OBJDIR)/tools/oobx-%.o $(LIBOOBX_SO)
 .SECONDARY: $(patsubst $(BINDIR)/%,$(OBJDIR)/tools/%.o,$(TOOLS))
 
 ALL_TARGETS  += $(TOOLS)
-INSTALL_BINS += $(BINDIR)/oobx-run $(if $(wildcard tools/oobx-info.c),$(BINDIR)/oobx-info)
+INSTALL_BINS += $(BINDIR)/oobx-run
+# the installed oobx-info is linked with the installed module directory
+INSTALL_BINS_STAGED += $(BUILD)/install/oobx-info
+$(BUILD)/install/oobx-info: $(OBJDIR)/tools/oobx-info.o $(CORE_OBJ) $(MODDIR_INST_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(OBJDIR)/tools/oobx-info.o $(CORE_OBJ) $(MODDIR_INST_OBJ) $(LDFLAGS) $(LIB_LIBS)
 
 # build only the launcher (no library needed)
 oobx-run: $(BINDIR)/oobx-run
