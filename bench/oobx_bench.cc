@@ -409,7 +409,7 @@ public:
     void ReportRuns(const std::vector<Run> &) override {}
 };
 
-bool parse_size(const char *s, size_t *out)
+bool bench_parse_size(const char *s, size_t *out)
 {
     char *end = nullptr;
     errno = 0;
@@ -435,7 +435,7 @@ bool parse_sizes(const char *s, std::vector<size_t> *out)
         size_t comma = all.find(',', pos);
         std::string item = all.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         size_t x;
-        if (item.empty() || !parse_size(item.c_str(), &x))
+        if (item.empty() || !bench_parse_size(item.c_str(), &x))
             return false;
         v.push_back(x);
         if (comma == std::string::npos)
@@ -467,7 +467,7 @@ bool take_options(int *argc, char **argv, Options *opt)
         else if ((v = val("--max-inner=")))
             ok = (opt->max_inner = std::atol(v)) > 0;
         else if ((v = val("--max-buffer=")))
-            ok = parse_size(v, &opt->max_buffer) && opt->max_buffer > 0;
+            ok = bench_parse_size(v, &opt->max_buffer) && opt->max_buffer > 0;
         else if ((v = val("--window=")))
             ok = (opt->window = std::atoi(v)) > 0;
         else if ((v = val("--variant=")))

@@ -56,7 +56,7 @@ static void missing_ops(const oobx_tp_ops_t *o, char *out, size_t len)
 {
     out[0] = '\0';
 #define OOBX_CHECK_OP_(op) \
-    if (!o->op) oobx__topo_appendf(out, len, "%s%s", out[0] ? ", " : "", #op);
+    if (!o->op) oobx__appendf(out, len, "%s%s", out[0] ? ", " : "", #op);
     OOBX_CHECK_OP_(create)
     OOBX_CHECK_OP_(address)
     OOBX_CHECK_OP_(set_peer)
@@ -185,5 +185,5 @@ const oobx_core_api_t oobx__core_api = {
     .topo_if_list = oobx__topo_if_list,
     .topo_ifname_match = oobx__topo_ifname_match,
     .topo_if_format = oobx__topo_if_format,
-    .appendf = oobx__topo_appendf,
+    .appendf = oobx__appendf,
 };

@@ -1,5 +1,9 @@
 #include "util.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
 #include <errno.h>
 #include <sys/random.h>
 #include <time.h>
@@ -76,4 +80,15 @@ int oobx__ratelimit_ok(oobx_ratelimit_t *rl)
     }
     rl->suppressed++;
     return 0;
+}
+
+void oobx__appendf(char *buf, size_t len, const char *fmt, ...)
+{
+    if (!buf || len == 0) return;
+    size_t used = strnlen(buf, len);
+    if (used >= len - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
 }

@@ -23,6 +23,9 @@ typedef struct oobx_ratelimit {
 /* 1 when this event may be logged (at most 5 per 10 s); counts the rest. */
 int oobx__ratelimit_ok(oobx_ratelimit_t *rl);
 
+/* Appends printf output to the string in buf (len bytes in all), truncating. */
+void oobx__appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #define OOBX_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define OOBX_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define OOBX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -108,8 +108,6 @@ const char *oobx__topo_closeness_name(int closeness);
 int oobx__topo_if_is_virtual(const char *ifname);
 /* "10.0.0.7/24" or "fe80::1%eth0/64" */
 void oobx__topo_if_format(const topo_if_t *ifc, char *buf, size_t len);
-/* Appends to the NUL-terminated buf of size len, truncating. */
-void oobx__topo_appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* 1 when addr lies in ifc's subnet (an IPv4-mapped IPv6 addr counts as IPv4). */
 int oobx__topo_if_holds(const topo_if_t *ifc, const struct sockaddr *addr, socklen_t addrlen);
 

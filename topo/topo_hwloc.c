@@ -4,6 +4,7 @@
  * Closer means: same PCI switch, then same NUMA node, then same package,
  * then anywhere; ties keep their order. */
 #include "topo.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -485,7 +486,7 @@ int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, 
                 }
             }
         topo_why(why, whylen, "OOBX_NET_DEVICE=%s names none of the %d candidates:", want, nnames);
-        for (int i = 0; i < nnames; i++) oobx__topo_appendf(why, whylen, "%s %s", i ? "," : "", names[i]);
+        for (int i = 0; i < nnames; i++) oobx__appendf(why, whylen, "%s %s", i ? "," : "", names[i]);
         return OOBX_ERR_UNAVAILABLE;
     }
     int *close = calloc((size_t)nnames, sizeof(*close));

@@ -2,6 +2,7 @@
  * the pick (filters, the root's subnet, real before virtual before loopback,
  * then hwloc locality when several real ones qualify). */
 #include "topo.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,17 +14,6 @@
 #include <string.h>
 
 #include "oobx.h"
-
-void oobx__topo_appendf(char *buf, size_t len, const char *fmt, ...)
-{
-    if (!buf || len == 0) return;
-    size_t used = strnlen(buf, len);
-    if (used >= len - 1) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, len - used, fmt, ap);
-    va_end(ap);
-}
 
 static int topo_spec_empty(const char *spec)
 {
@@ -306,7 +296,7 @@ int oobx__topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *r
             reason = "IPv6 link-local, allowed only with OOBX_SOCKET_LINKLOCAL=1";
         }
         if (reason)
-            oobx__topo_appendf(rejected, sizeof(rejected), "%s%s %s (%s)", rejected[0] ? "; " : "", t->name, addr,
+            oobx__appendf(rejected, sizeof(rejected), "%s%s %s (%s)", rejected[0] ? "; " : "", t->name, addr,
                          reason);
         else
             cand[ncand++] = i;
@@ -369,7 +359,7 @@ int oobx__topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *r
                 closeness = close[bj];
                 for (int j = 0; j < ncand; j++) /* other names as close: a tie kept in order */
                     if (close[j] == closeness && strcmp(ifs[cand[j]].name, ifs[pick].name) != 0) tied++;
-                oobx__topo_appendf(hwloc_note, sizeof(hwloc_note), "%s", rwhy);
+                oobx__appendf(hwloc_note, sizeof(hwloc_note), "%s", rwhy);
             } else if (rc == OOBX_ERR_INVALID) {
                 snprintf(why, whylen, "%s", rwhy);
                 free(names);
@@ -396,25 +386,25 @@ int oobx__topo_pick_if_from(const topo_if_t *ifs, int n, const topo_request_t *r
     } else {
         snprintf(why, whylen, "%s %s: ", p->name, addr);
         if (req->match)
-            oobx__topo_appendf(why, whylen, "no interface's subnet holds the root %s, so ", root);
+            oobx__appendf(why, whylen, "no interface's subnet holds the root %s, so ", root);
         if (named) {
-            oobx__topo_appendf(why, whylen, "first interface selected by OOBX_SOCKET_IFNAME=%s", spec);
+            oobx__appendf(why, whylen, "first interface selected by OOBX_SOCKET_IFNAME=%s", spec);
         } else if (closeness >= 0) {
             if (tied)
-                oobx__topo_appendf(why, whylen, "first of the interfaces closest (%s) by hwloc, %d of %d",
+                oobx__appendf(why, whylen, "first of the interfaces closest (%s) by hwloc, %d of %d",
                              oobx__topo_closeness_name(closeness), tied + 1, distinct);
             else
-                oobx__topo_appendf(why, whylen, "closest (%s) of %d interfaces by hwloc", oobx__topo_closeness_name(closeness),
+                oobx__appendf(why, whylen, "closest (%s) of %d interfaces by hwloc", oobx__topo_closeness_name(closeness),
                              distinct);
-            if (hwloc_note[0]) oobx__topo_appendf(why, whylen, " (%s)", hwloc_note);
+            if (hwloc_note[0]) oobx__appendf(why, whylen, " (%s)", hwloc_note);
         } else {
             const char *what = best_class == 2 ? "loopback, the only kind left"
                              : best_class == 1 ? "container/VM bridge, no other interface left"
                              : distinct > 1 ? "first of the real interfaces"
                                             : "the only real interface";
-            oobx__topo_appendf(why, whylen, "%s", what);
-            if (spec) oobx__topo_appendf(why, whylen, " selected by OOBX_SOCKET_IFNAME=%s", spec);
-            if (hwloc_note[0]) oobx__topo_appendf(why, whylen, " (%s)", hwloc_note);
+            oobx__appendf(why, whylen, "%s", what);
+            if (spec) oobx__appendf(why, whylen, " selected by OOBX_SOCKET_IFNAME=%s", spec);
+            if (hwloc_note[0]) oobx__appendf(why, whylen, " (%s)", hwloc_note);
         }
     }
     *out = *p;

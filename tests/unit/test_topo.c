@@ -18,6 +18,7 @@
 
 #include "oobx.h"
 #include "topo.h"
+#include "util.h"
 
 #define XML_TWO_SOCKET "tests/data/topo/two_socket.xml"
 #define XML_GPU "tests/data/topo/gpu_switch.xml"
@@ -168,7 +169,7 @@ static void test_ifname_match_grammar(void **state)
         char kept[256] = "";
         for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
             if (oobx__topo_ifname_match(lists[i].spec, names[k]))
-                oobx__topo_appendf(kept, sizeof(kept), "%s%s", kept[0] ? " " : "", names[k]);
+                oobx__appendf(kept, sizeof(kept), "%s%s", kept[0] ? " " : "", names[k]);
         if (strcmp(kept, lists[i].kept) != 0)
             fail_msg("spec \"%s\" kept \"%s\", want \"%s\"", lists[i].spec, kept, lists[i].kept);
     }
@@ -456,8 +457,8 @@ static void expect_ranked(const topo_request_t *req, int kind, const char *want_
     if (rc != OOBX_SUCCESS) fail_msg("oobx__topo_rank_devices failed (%d): %s", rc, why);
     char order[256] = "", close[256] = "";
     for (int i = 0; i < n; i++) {
-        oobx__topo_appendf(order, sizeof(order), "%s%s", i ? " " : "", devs[i].name);
-        oobx__topo_appendf(close, sizeof(close), "%s%s", i ? " " : "", oobx__topo_closeness_name(devs[i].closeness));
+        oobx__appendf(order, sizeof(order), "%s%s", i ? " " : "", devs[i].name);
+        oobx__appendf(close, sizeof(close), "%s%s", i ? " " : "", oobx__topo_closeness_name(devs[i].closeness));
     }
     free(devs);
     if (strcmp(order, want_order) != 0 || strcmp(close, want_close) != 0)
