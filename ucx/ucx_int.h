@@ -1,0 +1,186 @@
+/*
+ * The UCX transport's objects, shared by ucx.c (the ops, create and destroy,
+ * progress, endpoints and peer failures), ucx_dev.c (devices, address
+ * cards), ucx_ring.c (the ring link) and ucx_msg.c (messages). Private to
+ * ucx/.
+ */
+#ifndef OOBX_UCX_INT_H
+#define OOBX_UCX_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include "log.h"
+#include "ringbuf.h"
+#include "transport.h"
+
+#define UCX_INLINE_MAX 256u        /* header + payload copied into the send record */
+#define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
+#define UCX_KEEPALIVE_DEFAULT "500ms"
+#define UCX_QUIESCE_MS 50          /* progress before closing, at destroy */
+#define UCX_CLOSE_MS 500           /* bound on flushing endpoints at destroy */
+#define UCX_WATCH_MS 300           /* period of the pid check of peers on this host */
+
+typedef struct ucx_tp ucx_tp_t;
+
+/* A send: one core message (or an internal control message). */
+typedef struct ucx_sreq {
+    struct ucx_sreq *next;      /* ring send queue */
+    struct ucx_sreq *live_prev, *live_next; /* every unfinished send of the instance */
+    ucx_tp_t *tp;
+    oobx_tp_req_t *req;         /* the core's record, NULL for control messages */
+    oobx_msg_hdr_t hdr;         /* wire copy of the header */
+    const void *payload;
+    ucp_dt_iov_t iov[2];
+    int pending;                /* UCX operations not yet complete */
+    int issued;                 /* every operation has been started */
+    int poolable;               /* plain size: may go back to the pool */
+    int status;
+    unsigned char ctrl[UCX_INLINE_MAX]; /* control message, or header + small payload */
+} ucx_sreq_t;
+
+/* An incoming message, in its sender's arrival order. */
+typedef struct ucx_rrec {
+    struct ucx_rrec *next;
+    ucx_tp_t *tp;
+    int peer;
+    int type;
+    uint64_t tag;
+    void *buf;              /* the received control/eager message */
+    size_t len;
+    void *ureq;             /* UCX request of that receive, or NULL */
+    void *data_ureq;        /* UCX request of the DATA receive */
+    int arrived;            /* buf holds the message */
+    int begun;              /* handled: msg_begin called (if a message) */
+    int complete;           /* payload in place */
+    int has_msg;            /* msg_end is owed */
+    int status;
+    void *cookie;
+    unsigned char small[UCX_INLINE_MAX]; /* buf of a small message */
+} ucx_rrec_t;
+
+typedef struct ucx_peer {
+    ucx_tp_t *tp;
+    int rank;
+    ucp_address_t *addr;
+    size_t addr_len;
+    char host[48];
+    uint32_t pid;
+    ucp_ep_h ep;
+    int watch_pid;          /* no UCX error handling on this endpoint: watch the peer's pid */
+    int failed;             /* the link is gone */
+    int fail_reported;      /* sink.peer_failed called */
+    int fail_status;
+    char why[192];
+    uint32_t tx_seq;        /* tag sequence numbers, this rank -> peer */
+    ucx_rrec_t *rx_head, *rx_tail;
+    int dirty;              /* on the dirty list */
+} ucx_peer_t;
+
+/* Link prev -> me: my registered receive ring. */
+typedef struct ucx_ring_rx {
+    int peer;
+    ucp_mem_h memh;
+    void *base;
+    size_t size;
+    ringbuf_rx_t rb;
+    ucx_rrec_t *cur;        /* record of the message being assembled */
+    void *dest;
+    int setup_sent;
+} ucx_ring_rx_t;
+
+/* Link me -> next: the peer's ring. */
+typedef struct ucx_ring_tx {
+    int peer;
+    int active;             /* sends to peer go through the ring */
+    ucp_rkey_h rkey;
+    uint64_t raddr;
+    void *rptr;             /* the ring mapped into this process, when shared memory allows */
+    ringbuf_tx_t rb;
+    unsigned char (*heads)[RINGBUF_HEAD_MAX];
+    ucx_sreq_t *q_head, *q_tail;
+    unsigned char *setup;   /* the peer's SETUP, until the first send to it */
+    size_t setup_len;
+} ucx_ring_tx_t;
+
+struct ucx_tp {
+    oobx_tp_t base;
+    int rank, nranks;
+    uint64_t magic;
+    const oobx_settings_t *settings;
+    const oobx_log_t *log;
+    oobx_tp_sink_t sink;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    int efd;
+    int sleep_fd;           /* epoll set of efd and the core's wake fd, for ucx_sleep */
+    int wake_fd;            /* the core's wake fd, or -1 */
+    int woken;              /* ucx_sleep saw the wake fd: progress() clears it */
+    ucp_address_t *my_addr;
+    size_t my_addr_len;
+    char host[48];
+    ucx_peer_t *peers;
+    int *dirty;             /* peers with records to look at */
+    int ndirty;
+    int fail_pending;       /* a peer failed and is not reported yet */
+    int fatal;              /* the endpoint is unusable */
+    int ring_mode;          /* UCX_RING_* */
+    ucx_ring_rx_t rrx;
+    ucx_ring_tx_t rtx;
+    oobx_ratelimit_t rl;
+    ucx_sreq_t *live;       /* unfinished sends */
+    ucx_rrec_t *orphans;    /* records of dropped peers with a UCX receive still out */
+    int destroying;         /* completions no longer reach the core */
+    ucx_sreq_t *sreq_pool;  /* free send records */
+    ucx_rrec_t *rrec_pool;  /* free receive records */
+    int nsreq_pool, nrrec_pool;
+    int nwatch;             /* peers with watch_pid */
+    uint64_t next_watch_ns; /* next look at their pids */
+};
+
+enum { UCX_RING_AUTO = 0, UCX_RING_PUT = 1, UCX_RING_TAG = 2 };
+
+/* ---- shared inside ucx/ (not exported from the module) ---- */
+
+#pragma GCC visibility push(hidden)
+
+/* ucx.c: endpoints, peers and failures */
+void ucx_mark_dirty(ucx_tp_t *tp, int peer);
+/* Records that peer failed (reported, once, at the end of progress). */
+void ucx_peer_fail(ucx_tp_t *tp, int peer, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int ucx_pid_alive(uint32_t pid);
+void ucx_peer_watch(ucx_tp_t *tp, int peer);
+ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer);
+/* Progresses the worker until req completes or ms pass. */
+void ucx_wait_req(ucx_tp_t *tp, ucs_status_ptr_t req, int ms);
+
+/* ucx_dev.c: devices and address cards */
+void ucx_pick_device(const oobx_settings_t *set, const oobx_log_t *log, char *dev, size_t len);
+int ucx_address(oobx_tp_t *base, void *blob, size_t *len);
+int ucx_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t len);
+
+/* ucx_ring.c: the ring link */
+const char *ucx_ring_mode_name(int m);
+int ucx_ring(oobx_tp_t *base, int prev, int next);
+void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len);
+void ucx_ring_activate(ucx_tp_t *tp);
+void ucx_ring_push(ucx_tp_t *tp);
+
+/* ucx_msg.c: messages */
+void ucx_sreq_track(ucx_sreq_t *s, ucs_status_ptr_t ptr);
+ucp_request_param_t ucx_send_param(ucx_sreq_t *s);
+void ucx_sreq_issued(ucx_sreq_t *s);
+void ucx_send_ctrl(ucx_tp_t *tp, int peer, int type, const void *data, size_t len);
+int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
+             oobx_tp_req_t *req);
+void ucx_rrec_free(ucx_rrec_t *r);
+void ucx_protocol_error(ucx_tp_t *tp, int peer, const char *what);
+void ucx_peer_drain(ucx_tp_t *tp, int peer);
+void ucx_probe(ucx_tp_t *tp);
+
+#pragma GCC visibility pop
+
+#endif

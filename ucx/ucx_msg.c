@@ -1,0 +1,463 @@
+/*
+ * The UCX transport's messages: sends as tag messages (one EAGER message, or
+ * HDR then a DATA message received zero-copy) and the internal control
+ * messages; the send records and their completions; the probe of incoming
+ * messages, their records per sender and their delivery to the core in
+ * arrival order (msg_begin, msg_end), the ring's DOORBELL and CREDIT included.
+ * ucx.c describes the tag and the protocol.
+ */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ucp/api/ucp.h>
+
+#include "log.h"
+#include "ringbuf.h"
+#include "transport.h"
+#include "ucx_int.h"
+#include "ucx_wire.h"
+
+/* ---- sends ------------------------------------------------------------------------ */
+
+static int ucx_status(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_OK: return 0;
+    case UCS_ERR_NO_MEMORY: return OOBX_ERR_NOMEM;
+    case UCS_ERR_CANCELED: return OOBX_ERR_ABORTED;
+    case UCS_ERR_TIMED_OUT: return OOBX_ERR_TIMEOUT;
+    case UCS_ERR_MESSAGE_TRUNCATED: return OOBX_ERR_TRUNCATED;
+    default: return OOBX_ERR_REMOTE;
+    }
+}
+
+#define UCX_POOL_MAX 64
+
+static ucx_sreq_t *ucx_sreq_new(ucx_tp_t *tp, size_t extra)
+{
+    ucx_sreq_t *s;
+    if (extra == 0 && tp->sreq_pool) {
+        s = tp->sreq_pool;
+        tp->sreq_pool = s->next;
+        tp->nsreq_pool--;
+        memset(s, 0, offsetof(ucx_sreq_t, ctrl));
+    } else {
+        s = calloc(1, sizeof(*s) + extra);
+        if (!s) return NULL;
+    }
+    s->poolable = extra == 0;
+    s->tp = tp;
+    s->live_next = tp->live;
+    if (tp->live) tp->live->live_prev = s;
+    tp->live = s;
+    return s;
+}
+
+static void ucx_sreq_finish(ucx_sreq_t *s)
+{
+    ucx_tp_t *tp = s->tp;
+    if (s->live_prev)
+        s->live_prev->live_next = s->live_next;
+    else
+        tp->live = s->live_next;
+    if (s->live_next) s->live_next->live_prev = s->live_prev;
+    if (s->req && !tp->destroying) {
+        s->req->status = s->status;
+        s->req->done = 1;
+    }
+    if (s->poolable && tp->nsreq_pool < UCX_POOL_MAX && !tp->destroying) {
+        s->next = tp->sreq_pool;
+        tp->sreq_pool = s;
+        tp->nsreq_pool++;
+        return;
+    }
+    free(s);
+}
+
+static void ucx_sreq_op_done(ucx_sreq_t *s, ucs_status_t st)
+{
+    if (st != UCS_OK && !s->status) s->status = ucx_status(st);
+    if (--s->pending == 0 && s->issued) ucx_sreq_finish(s);
+}
+
+static void ucx_send_cb(void *request, ucs_status_t status, void *user_data)
+{
+    ucx_sreq_op_done(user_data, status);
+    ucp_request_free(request);
+}
+
+/* Accounts for a started operation (ptr from a *_nbx call). */
+void ucx_sreq_track(ucx_sreq_t *s, ucs_status_ptr_t ptr)
+{
+    if (ptr == NULL) return;
+    if (UCS_PTR_IS_ERR(ptr)) {
+        if (!s->status) s->status = ucx_status(UCS_PTR_STATUS(ptr));
+        return;
+    }
+    s->pending++;
+}
+
+ucp_request_param_t ucx_send_param(ucx_sreq_t *s)
+{
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = ucx_send_cb,
+        .user_data = s,
+    };
+    return prm;
+}
+
+/* Closes the issue phase of s: finishes it when nothing is outstanding. */
+void ucx_sreq_issued(ucx_sreq_t *s)
+{
+    s->issued = 1;
+    if (s->pending == 0) ucx_sreq_finish(s);
+}
+
+/* A control message (no core request); failures show up as peer failures. */
+void ucx_send_ctrl(ucx_tp_t *tp, int peer, int type, const void *data, size_t len)
+{
+    ucp_ep_h ep = ucx_peer_ep(tp, peer);
+    if (!ep) return;
+    ucx_peer_t *p = &tp->peers[peer];
+    ucx_sreq_t *s = ucx_sreq_new(tp, len > sizeof(s->ctrl) ? len : 0);
+    if (!s) {
+        ucx_peer_fail(tp, peer, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
+        return;
+    }
+    void *buf = len > sizeof(s->ctrl) ? (void *)(s + 1) : (void *)s->ctrl;
+    if (len) memcpy(buf, data, len);
+    ucp_request_param_t prm = ucx_send_param(s);
+    ucx_sreq_track(s, ucp_tag_send_nbx(ep, buf, len, ucx_tag(type, tp->rank, p->tx_seq++), &prm));
+    ucx_sreq_issued(s);
+}
+
+static int ucx_send_tag(ucx_tp_t *tp, int peer, ucp_ep_h ep, ucx_sreq_t *s)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    uint32_t seq = p->tx_seq++;
+    ucp_request_param_t prm = ucx_send_param(s);
+    if (sizeof(s->hdr) + s->hdr.len <= sizeof(s->ctrl)) {
+        /* small: one contiguous buffer, UCX's short-message path */
+        memcpy(s->ctrl, &s->hdr, sizeof(s->hdr));
+        if (s->hdr.len) memcpy(s->ctrl + sizeof(s->hdr), s->payload, s->hdr.len);
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, s->ctrl, sizeof(s->hdr) + s->hdr.len,
+                                           ucx_tag(UCX_T_EAGER, tp->rank, seq), &prm));
+    } else if (s->hdr.len <= UCX_EAGER_MAX) {
+        s->iov[0].buffer = &s->hdr;
+        s->iov[0].length = sizeof(s->hdr);
+        s->iov[1].buffer = (void *)s->payload;
+        s->iov[1].length = s->hdr.len;
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.datatype = ucp_dt_make_iov();
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, s->iov, s->hdr.len ? 2 : 1,
+                                           ucx_tag(UCX_T_EAGER, tp->rank, seq), &prm));
+    } else {
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, &s->hdr, sizeof(s->hdr),
+                                           ucx_tag(UCX_T_HDR, tp->rank, seq), &prm));
+        ucx_sreq_track(s, ucp_tag_send_nbx(ep, s->payload, s->hdr.len,
+                                           UCX_TAG_DATA | ucx_tag(0, tp->rank, seq), &prm));
+    }
+    ucx_sreq_issued(s);
+    return 0;
+}
+
+int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
+                    oobx_tp_req_t *req)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    if (peer < 0 || peer >= tp->nranks || peer == tp->rank)
+        return oobx__fail(tp->log, OOBX_ERR_INVALID, "ucx: send to rank %d of %d", peer, tp->nranks);
+    ucx_peer_t *p = &tp->peers[peer];
+    if (p->failed)
+        return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    if (!p->addr)
+        return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
+    if (tp->rtx.setup && tp->rtx.peer == peer) ucx_ring_activate(tp);
+    ucp_ep_h ep = p->failed ? NULL : ucx_peer_ep(tp, peer);
+    if (!ep) return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    ucx_sreq_t *s = ucx_sreq_new(tp, 0);
+    if (!s) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
+    s->req = req;
+    s->hdr = *hdr;
+    s->payload = payload;
+    req->done = 0;
+    req->status = 0;
+    /* the ring is for bandwidth: a small message goes as one tag message
+     * (a doorbell costs as much), unless ring messages wait before it */
+    if (tp->rtx.active && tp->rtx.peer == peer && (hdr->len > UCX_EAGER_MAX || tp->rtx.q_head)) {
+        if (tp->rtx.q_tail)
+            tp->rtx.q_tail->next = s;
+        else
+            tp->rtx.q_head = s;
+        tp->rtx.q_tail = s;
+        ucx_ring_push(tp);
+        return 0;
+    }
+    return ucx_send_tag(tp, peer, ep, s);
+}
+
+/* ---- receives ----------------------------------------------------------------------- */
+
+static void ucx_recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                        void *user_data)
+{
+    (void)request;
+    (void)info;
+    ucx_rrec_t *r = user_data;
+    if (status != UCS_OK) r->status = ucx_status(status);
+    r->arrived = 1;
+    if (r->peer >= 0) ucx_mark_dirty(r->tp, r->peer);
+}
+
+static void ucx_data_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                        void *user_data)
+{
+    (void)request;
+    (void)info;
+    ucx_rrec_t *r = user_data;
+    if (status != UCS_OK && !r->status) r->status = ucx_status(status);
+    r->complete = 1;
+    if (r->peer >= 0) ucx_mark_dirty(r->tp, r->peer);
+}
+
+void ucx_rrec_free(ucx_rrec_t *r)
+{
+    ucx_tp_t *tp = r->tp;
+    if (r->ureq) ucp_request_free(r->ureq);
+    if (r->data_ureq) ucp_request_free(r->data_ureq);
+    if (r->buf != r->small) free(r->buf);
+    if (tp->nrrec_pool < UCX_POOL_MAX && !tp->destroying) {
+        r->next = tp->rrec_pool;
+        tp->rrec_pool = r;
+        tp->nrrec_pool++;
+        return;
+    }
+    free(r);
+}
+
+static ucx_rrec_t *ucx_rrec_new(ucx_tp_t *tp)
+{
+    ucx_rrec_t *r = tp->rrec_pool;
+    if (r) {
+        tp->rrec_pool = r->next;
+        tp->nrrec_pool--;
+        memset(r, 0, offsetof(ucx_rrec_t, small));
+    } else {
+        r = calloc(1, sizeof(*r));
+        if (!r) return NULL;
+    }
+    r->tp = tp;
+    return r;
+}
+
+/* A message that breaks the protocol: the peer is dropped. */
+void ucx_protocol_error(ucx_tp_t *tp, int peer, const char *what)
+{
+    ucx_peer_fail(tp, peer, OOBX_ERR_PROTOCOL, "ucx: rank %d broke the protocol: %s", peer, what);
+}
+
+static void ucx_credit_send(ucx_tp_t *tp, uint64_t credit)
+{
+    ucx_send_ctrl(tp, tp->rrx.peer, UCX_T_CREDIT, &credit, sizeof(credit));
+}
+
+/* Handles the head-of-line work of record r (its message has arrived). */
+static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
+{
+    r->begun = 1;
+    r->complete = 1; /* unless a payload is still coming */
+    if (r->status) {
+        ucx_peer_fail(tp, r->peer, r->status, "ucx: receive from rank %d failed: %s", r->peer,
+                      oobx_strerror(r->status));
+        return;
+    }
+    ucx_msg_t m;
+    char why[200];
+    if (ucx_msg_decode(r->type, r->buf, r->len, r->peer, &m, why, sizeof(why))) {
+        ucx_protocol_error(tp, r->peer, why);
+        return;
+    }
+    switch (r->type) {
+    case UCX_T_EAGER:
+    case UCX_T_HDR: {
+        void *dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
+        r->has_msg = 1;
+        if (r->type == UCX_T_EAGER) {
+            if (m.hdr.len) memcpy(dst, m.payload, m.hdr.len);
+            return;
+        }
+        r->complete = 0;
+        ucp_request_param_t prm = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.recv = ucx_data_cb,
+            .user_data = r,
+        };
+        ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst, m.hdr.len,
+                                                UCX_TAG_DATA | ucx_tag(0, r->peer, ucx_tag_seq(r->tag)),
+                                                ~0ull, &prm);
+        if (ptr == NULL) {
+            r->complete = 1;
+        } else if (UCS_PTR_IS_ERR(ptr)) {
+            r->complete = 1;
+            r->status = ucx_status(UCS_PTR_STATUS(ptr));
+        } else {
+            r->data_ureq = ptr;
+            if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->complete = 1;
+        }
+        return;
+    }
+    case UCX_T_DOORBELL: {
+        ucx_ring_rx_t *rx = &tp->rrx;
+        ringbuf_rx_ev_t ev;
+        if (r->peer != rx->peer || !rx->base) {
+            ucx_protocol_error(tp, r->peer, "unexpected ring doorbell");
+            return;
+        }
+        if (m.db.count > rx->rb.slots) {
+            ucx_protocol_error(tp, r->peer, "ring doorbell for no chunk or more than the ring holds");
+            return;
+        }
+        for (uint32_t k = 0; k < m.db.count; k++) {
+            uint64_t seq = m.db.seq + k;
+            if (oobx__ringbuf_rx_chunk(&rx->rb, rx->base, seq, oobx__ringbuf_rx_peek_bytes(&rx->rb, rx->base, seq), &ev, why,
+                                 sizeof(why))) {
+                ucx_protocol_error(tp, r->peer, why);
+                return;
+            }
+            if (ev.first && r->has_msg) {
+                ucx_protocol_error(tp, r->peer, "ring doorbell spans two messages");
+                return;
+            }
+            if (ev.first) {
+                if (ev.hdr.src != r->peer) {
+                    ucx_protocol_error(tp, r->peer, "ring message header names another sender");
+                    return;
+                }
+                rx->dest = tp->sink.msg_begin(tp->sink.core, &ev.hdr, &r->cookie);
+                r->has_msg = 1;
+                r->complete = 0;
+                rx->cur = r;
+            }
+            if (ev.len) memcpy((char *)rx->dest + ev.off, ev.data, ev.len);
+            if (ev.last) {
+                rx->cur->complete = 1;
+                rx->cur = NULL;
+            }
+            uint64_t credit;
+            if (oobx__ringbuf_rx_release(&rx->rb, &credit)) ucx_credit_send(tp, credit);
+        }
+        return;
+    }
+    case UCX_T_CREDIT:
+        if (r->peer != tp->rtx.peer || !tp->rtx.active) {
+            ucx_protocol_error(tp, r->peer, "unexpected ring credit");
+            return;
+        }
+        if (oobx__ringbuf_tx_credit(&tp->rtx.rb, m.credit)) {
+            ucx_protocol_error(tp, r->peer, "ring credit for chunks never sent");
+            return;
+        }
+        ucx_ring_push(tp);
+        return;
+    case UCX_T_SETUP:
+        ucx_handle_setup(tp, r->peer, r->buf, r->len);
+        return;
+    default:
+        return; /* ucx_msg_decode knows every type */
+    }
+}
+
+/* Begins what can begin and ends what can end, in the sender's order. */
+void ucx_peer_drain(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    for (ucx_rrec_t *r = p->rx_head; r && !p->failed; r = r->next) {
+        if (!r->arrived) break;
+        if (!r->begun) ucx_rrec_begin(tp, r);
+    }
+    while (!p->failed && p->rx_head && p->rx_head->begun && p->rx_head->complete) {
+        ucx_rrec_t *r = p->rx_head;
+        if (r->status && r->has_msg) {
+            ucx_peer_fail(tp, peer, r->status, "ucx: payload from rank %d lost: %s", peer,
+                          oobx_strerror(r->status));
+            break;
+        }
+        p->rx_head = r->next;
+        if (!p->rx_head) p->rx_tail = NULL;
+        if (r->has_msg) tp->sink.msg_end(tp->sink.core, r->cookie);
+        ucx_rrec_free(r);
+    }
+}
+
+/* Takes every non-DATA message UCX holds, in arrival order. */
+void ucx_probe(ucx_tp_t *tp)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    while ((msg = ucp_tag_probe_nb(tp->worker, 0, UCX_TAG_DATA, 1, &info)) != NULL) {
+        int type = ucx_tag_type(info.sender_tag);
+        int peer = ucx_tag_rank(info.sender_tag);
+        ucx_tag_info_t ti;
+        char why[160];
+        int bad = ucx_tag_check(info.sender_tag, info.length, tp->rank, tp->nranks, &ti, why, sizeof(why)) != 0;
+        ucx_rrec_t *r = ucx_rrec_new(tp);
+        void *buf = !r ? NULL : info.length <= sizeof(r->small) ? r->small : malloc(info.length);
+        if (!r || !buf) {
+            free(r);
+            tp->fatal = oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes",
+                                  info.length);
+            return;
+        }
+        r->peer = bad ? -1 : peer;
+        r->type = type;
+        r->tag = info.sender_tag;
+        r->buf = buf;
+        r->len = info.length;
+        ucp_request_param_t prm = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.recv = ucx_recv_cb,
+            .user_data = r,
+        };
+        if (bad) {
+            /* take it off the queue and drop it; a bogus sender rank cannot be blamed */
+            if (oobx__ratelimit_ok(&tp->rl))
+                OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes: %s",
+                          info.sender_tag, info.length, why);
+            prm.op_attr_mask = 0;
+            ucs_status_ptr_t ptr = ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm);
+            ucx_wait_req(tp, ptr, 100);
+            if (buf != r->small) free(buf);
+            free(r);
+            continue;
+        }
+        ucx_peer_t *p = &tp->peers[peer];
+        if (p->rx_tail)
+            p->rx_tail->next = r;
+        else
+            p->rx_head = r;
+        p->rx_tail = r;
+        ucs_status_ptr_t ptr = ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm);
+        if (ptr == NULL) {
+            r->arrived = 1;
+        } else if (UCS_PTR_IS_ERR(ptr)) {
+            r->arrived = 1;
+            r->status = ucx_status(UCS_PTR_STATUS(ptr));
+        } else {
+            r->ureq = ptr;
+            if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->arrived = 1;
+        }
+        ucx_mark_dirty(tp, peer);
+        /* watch the sender for failures too: its pid on this host, else an
+         * endpoint with UCX's error handling */
+        if (!p->ep && !p->failed && !p->watch_pid) {
+            if (p->addr && strcmp(p->host, tp->host) == 0)
+                ucx_peer_watch(tp, peer);
+            else
+                ucx_peer_ep(tp, peer);
+        }
+    }
+}
