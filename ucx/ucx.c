@@ -1,5 +1,6 @@
 /*
- * The UCX transport: a loadable module (liboobx-ucx.so) exporting oobx_ucx_ops.
+ * The UCX transport: a loadable module (liboobx-ucx.so) whose one export,
+ * oobx_tp_module_init, hands the core oobx_ucx_ops.
  * docs/transports/ucx.md describes it for users; this is the short form.
  *
  * One UCP context and one worker per instance. The address blob is a small
@@ -45,7 +46,7 @@
  *
  * The files: ucx.c (this one: the ops, create and destroy, progress and
  * waiting, endpoints and peer failures), ucx_dev.c (devices, the address
- * card, oobx_ucx_describe), ucx_ring.c (the ring link), ucx_msg.c (tag
+ * card, ucx_describe), ucx_ring.c (the ring link), ucx_msg.c (tag
  * messages, the send and receive records), ucx_int.h (what they share),
  * ucx_wire.c (the parsers of what other processes send).
  */
@@ -271,8 +272,10 @@ static void ucx_orphans_sweep(ucx_tp_t *tp)
 
 /* Sleeps on the worker's event fd and the core's wake fd in one call (no
  * endpoint lock held: touches only what it records). */
-static int ucx_sleep(oobx_tp_t *base, int timeout_ms)
+static int ucx_sleep(oobx_tp_t *base, struct pollfd *fds, int nfds, int timeout_ms)
 {
+    (void)fds; /* the wake fd is in sleep_fd's set, and the worker's fd is what wait_prepare gave */
+    (void)nfds;
     ucx_tp_t *tp = (ucx_tp_t *)base;
     struct epoll_event evs[2];
     int n = epoll_wait(tp->sleep_fd, evs, 2, timeout_ms);
@@ -357,7 +360,7 @@ static int ucx_unavailable(const oobx_log_t *log, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    oobx__set_last_error("%s", msg);
+    log->api->set_last_error("%s", msg);
     OOBX_INFO(log, "%s", msg);
     return OOBX_ERR_UNAVAILABLE;
 }
@@ -368,10 +371,12 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     if (p->nranks < 1 || p->nranks > UCX_RANKS_MAX || p->rank < 0 || p->rank >= p->nranks)
         return oobx__fail(p->log, OOBX_ERR_INVALID, "ucx: rank %d of %d (at most %d ranks)", p->rank,
                          p->nranks, UCX_RANKS_MAX);
-    int mode = ucx_parse_ring_mode(set->ucx_ring);
+    ucx_settings_t own;
+    int rc0 = p->core->settings_parse(ucx_settings_table, &own, p->log);
+    if (rc0 != 0) return rc0;
+    int mode = ucx_parse_ring_mode(own.ring);
     if (mode < 0)
-        return oobx__fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_UCX_RING=%s; use auto, put or tag",
-                         set->ucx_ring);
+        return oobx__fail(p->log, OOBX_ERR_INVALID, "ucx: OOBX_UCX_RING=%s; use auto, put or tag", own.ring);
     ucx_tp_t *tp = calloc(1, sizeof(*tp));
     if (!tp) return oobx__fail(p->log, OOBX_ERR_NOMEM, "ucx: out of memory");
     tp->base.ops = &oobx_ucx_ops;
@@ -655,9 +660,16 @@ static void ucx_destroy(oobx_tp_t *base)
     free(tp);
 }
 
+/* The settings this transport owns (parsed at create, listed by oobx-info -c). */
+const oobx_setting_desc_t ucx_settings_table[] = {
+    {"OOBX_UCX_RING", "auto", "UCX ring link: put (registered ring buffer), tag (tag messages), auto (put where RMA is native)", OOBX_SET_STR, offsetof(ucx_settings_t, ring), sizeof(((ucx_settings_t *)0)->ring)},
+    {NULL, NULL, NULL, 0, 0, 0},
+};
+
 const oobx_tp_ops_t oobx_ucx_ops = {
     .version = OOBX_TP_VERSION,
     .name = "ucx",
+    .settings = ucx_settings_table,
     .create = ucx_create,
     .address = ucx_address,
     .set_peer = ucx_set_peer,
@@ -666,6 +678,19 @@ const oobx_tp_ops_t oobx_ucx_ops = {
     .progress = ucx_progress,
     .wait_prepare = ucx_wait_prepare,
     .sleep = ucx_sleep,
+    .describe = ucx_describe,
     .peer_name = ucx_peer_name,
     .destroy = ucx_destroy,
 };
+
+oobx__module_export int oobx_tp_module_init(const oobx_core_api_t *api, const oobx_tp_ops_t **ops, char *why,
+                                            size_t whylen)
+{
+    if (!api || api->version != OOBX_CORE_API_VERSION || api->size < sizeof(oobx_core_api_t)) {
+        snprintf(why, whylen, "ucx: core interface version %u (%u bytes), this module needs %d (%zu bytes)",
+                 api ? api->version : 0, api ? api->size : 0, OOBX_CORE_API_VERSION, sizeof(oobx_core_api_t));
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    *ops = &oobx_ucx_ops;
+    return 0;
+}

@@ -1,7 +1,7 @@
 /*
  * The UCX transport's devices and addresses: the (transport, device) pairs
  * UCX offers here and the RDMA device picked by locality when the user chose
- * none (used at create), oobx_ucx_describe() for `oobx-info`, and the address
+ * none (used at create), ucx_describe() (the describe op) for `oobx-info`, and the address
  * card (this worker's address, a peer's checked card).
  */
 #include <stdio.h>
@@ -86,7 +86,7 @@ static int ucx_rdma_devices(const ucx_dev_t *devs, int n, const char **names, in
 }
 
 /* With several RDMA devices and no choice made by the user, the one closest
- * to this rank (oobx__topo_pick_device). Fills dev (or leaves it empty). */
+ * to this rank (the core's topo_pick_device). Fills dev (or leaves it empty). */
 void ucx_pick_device(const oobx_settings_t *set, const oobx_log_t *log, char *dev, size_t len)
 {
     dev[0] = '\0';
@@ -97,7 +97,7 @@ void ucx_pick_device(const oobx_settings_t *set, const oobx_log_t *log, char *de
     if (k < 2) return;
     topo_request_t req = {.pci_target = set->topo_pci[0] ? set->topo_pci : NULL};
     char why[256] = "";
-    int i = oobx__topo_pick_device(&req, names, k, why, sizeof(why));
+    int i = log->api->topo_pick_device(&req, names, k, why, sizeof(why));
     if (i < 0 || i >= k) {
         OOBX_INFO(log, "ucx: %d RDMA devices, none picked (%s); UCX chooses", k, why);
         return;
@@ -108,8 +108,11 @@ void ucx_pick_device(const oobx_settings_t *set, const oobx_log_t *log, char *de
 
 /* For oobx-info: whether UCX can run here, its transports and devices, and
  * what this transport would use. Returns 0 when a UCX worker can be made. */
-int oobx_ucx_describe(FILE *out, const oobx_settings_t *set)
+void ucx_describe(FILE *out, const oobx_settings_t *set, const oobx_core_api_t *core)
 {
+    ucx_settings_t own;
+    oobx_log_t quiet = {.level = OOBX_LOG_NONE, .fp = NULL, .api = core};
+    if (core->settings_parse(ucx_settings_table, &own, &quiet) != 0) snprintf(own.ring, sizeof(own.ring), "(invalid)");
     unsigned major = 0, minor = 0, release = 0;
     ucp_get_version(&major, &minor, &release);
     fprintf(out, "UCX %u.%u.%u (built against %d.%d)\n", major, minor, release, UCP_API_MAJOR, UCP_API_MINOR);
@@ -117,7 +120,7 @@ int oobx_ucx_describe(FILE *out, const oobx_settings_t *set)
     int n = ucx_list_devices(devs, (int)OOBX_ARRAY_SIZE(devs));
     if (n < 0) {
         fprintf(out, "  no UCX components\n");
-        return OOBX_ERR_UNAVAILABLE;
+        return;
     }
     fprintf(out, "  transports and devices UCX offers here:\n");
     for (int i = 0; i < n; i++)
@@ -128,10 +131,9 @@ int oobx_ucx_describe(FILE *out, const oobx_settings_t *set)
     const char *tls = getenv("UCX_TLS"), *nd = getenv("UCX_NET_DEVICES");
     fprintf(out, "  UCX_TLS=%s UCX_NET_DEVICES=%s OOBX_NET_DEVICE=%s OOBX_UCX_RING=%s\n", tls ? tls : "(all)",
             nd ? nd : "(all)", set && set->net_device[0] ? set->net_device : "(unset)",
-            set && set->ucx_ring[0] ? set->ucx_ring : "auto");
+            own.ring);
     if (set && !set->net_device[0] && !nd) {
         char dev[64];
-        oobx_log_t quiet = {.level = OOBX_LOG_NONE, .fp = NULL};
         ucx_pick_device(set, &quiet, dev, sizeof(dev));
         if (dev[0]) fprintf(out, "  device picked by locality: %s\n", dev);
     }
@@ -139,7 +141,7 @@ int oobx_ucx_describe(FILE *out, const oobx_settings_t *set)
     ucp_context_h ctx = NULL;
     ucp_worker_h worker = NULL;
     int rc = OOBX_ERR_UNAVAILABLE;
-    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK) return rc;
+    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK) return;
     if (set && set->net_device[0]) ucp_config_modify(cfg, "NET_DEVICES", set->net_device);
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                            .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP};
@@ -162,7 +164,7 @@ int oobx_ucx_describe(FILE *out, const oobx_settings_t *set)
     }
     if (worker) ucp_worker_destroy(worker);
     if (ctx) ucp_cleanup(ctx);
-    return rc;
+    (void)rc;
 }
 
 /* ---- address cards ------------------------------------------------------------------- */

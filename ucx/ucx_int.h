@@ -14,7 +14,9 @@
 
 #include "log.h"
 #include "ringbuf.h"
+#include "tp_module.h"
 #include "transport.h"
+#include "util.h"
 
 #define UCX_INLINE_MAX 256u        /* header + payload copied into the send record */
 #define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
@@ -164,6 +166,13 @@ int ucx_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t len);
 
 /* ucx_ring.c: the ring link */
 const char *ucx_ring_mode_name(int m);
+
+/* The settings the transport owns (ucx.c). */
+typedef struct ucx_settings {
+    char ring[16]; /* OOBX_UCX_RING: auto, put, tag */
+} ucx_settings_t;
+extern const oobx_setting_desc_t ucx_settings_table[];
+void ucx_describe(FILE *out, const oobx_settings_t *set, const oobx_core_api_t *core);
 int ucx_ring(oobx_tp_t *base, int prev, int next);
 void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len);
 void ucx_ring_activate(ucx_tp_t *tp);

@@ -272,7 +272,7 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
     r->complete = 1; /* unless a payload is still coming */
     if (r->status) {
         ucx_peer_fail(tp, r->peer, r->status, "ucx: receive from rank %d failed: %s", r->peer,
-                      oobx_strerror(r->status));
+                      tp->log->api->strerror(r->status));
         return;
     }
     ucx_msg_t m;
@@ -383,7 +383,7 @@ void ucx_peer_drain(ucx_tp_t *tp, int peer)
         ucx_rrec_t *r = p->rx_head;
         if (r->status && r->has_msg) {
             ucx_peer_fail(tp, peer, r->status, "ucx: payload from rank %d lost: %s", peer,
-                          oobx_strerror(r->status));
+                          tp->log->api->strerror(r->status));
             break;
         }
         p->rx_head = r->next;

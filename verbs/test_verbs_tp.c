@@ -102,6 +102,7 @@ static void node_settings(node_t *n, int rank, const char *net_device)
     snprintf(n->set.net_device, sizeof(n->set.net_device), "%s", net_device ? net_device : "");
     n->log.level = atoi(env_or("OOBX_LOG_LEVEL", "1"));
     n->log.fp = stderr;
+    n->log.api = &oobx__core_api;
     snprintf(n->log.prefix, sizeof(n->log.prefix), "test rank %d", rank);
 }
 

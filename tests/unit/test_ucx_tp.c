@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "tp_module.h"
 #include "transport.h"
 #include "util.h"
 
@@ -80,12 +81,13 @@ static void node_init(node_t *n, int rank, int nranks, const char *ring_mode)
 {
     memset(n, 0, sizeof(*n));
     n->rank = rank;
-    snprintf(n->set.ucx_ring, sizeof(n->set.ucx_ring), "%s", env_or("OOBX_UCX_RING", ring_mode));
+    setenv("OOBX_UCX_RING", ring_mode, 1); /* the transport reads its own setting at create */
     n->set.ring_slots = atoi(env_or("OOBX_RING_SLOTS", "8"));
     n->set.ring_slot_bytes = (size_t)atol(env_or("OOBX_RING_SLOT_BYTES", "65536"));
     n->set.timeout_ms = 20000;
     n->log.level = atoi(env_or("OOBX_LOG_LEVEL", "1"));
     n->log.fp = stderr;
+    n->log.api = &oobx__core_api;
     snprintf(n->log.prefix, sizeof(n->log.prefix), "test rank %d", rank);
     oobx_tp_params_t p = {
         .rank = rank,
