@@ -66,7 +66,7 @@ include topo/topo.mk
 CORE_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(CORE_SRC) $(TOPO_SRC))
 $(CORE_OBJ): CPPFLAGS += -DOOBX_BUILDING_LIBRARY
 # pure helpers that the modules link as well (hidden in each)
-MODULE_CORE_OBJ := $(OBJDIR)/src/util.o $(OBJDIR)/src/ringbuf.o
+MODULE_CORE_OBJ := $(OBJDIR)/src/util.o $(OBJDIR)/src/ringbuf.o $(OBJDIR)/src/tp_common.o
 
 # the module directory: one object for the build tree, one for the install
 MODDIR_OBJ      := $(OBJDIR)/moddir-build.o

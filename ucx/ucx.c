@@ -73,24 +73,15 @@ extern const oobx_tp_ops_t oobx_ucx_ops;
 
 void ucx_mark_dirty(ucx_tp_t *tp, int peer)
 {
-    ucx_peer_t *p = &tp->peers[peer];
-    if (!p->dirty) {
-        p->dirty = 1;
-        tp->dirty[tp->ndirty++] = peer;
-    }
+    oobx__dirty_mark(&tp->peers[peer].dirty, tp->dirty, &tp->ndirty, peer);
 }
 
 void ucx_peer_fail(ucx_tp_t *tp, int peer, int status, const char *fmt, ...)
 {
-    ucx_peer_t *p = &tp->peers[peer];
-    if (p->failed) return;
-    p->failed = 1;
-    p->fail_status = status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->why, sizeof(p->why), fmt, ap);
+    oobx__peer_fail_vrecord(&tp->peers[peer].fail, &tp->fail_pending, status, fmt, ap);
     va_end(ap);
-    tp->fail_pending = 1;
 }
 
 static void ucx_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
@@ -129,7 +120,7 @@ void ucx_peer_watch(ucx_tp_t *tp, int peer)
 ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
-    if (p->ep || p->failed) return p->ep;
+    if (p->ep || p->fail.failed) return p->ep;
     if (!p->addr) return NULL;
     /* UCX 1.13's shared-memory transports have no peer failure handling, and
      * an endpoint that asks for it is built without them (tcp only, or nothing
@@ -205,7 +196,7 @@ static void ucx_peer_drop(ucx_tp_t *tp, int peer)
     if (tp->rtx.peer == peer) {
         for (ucx_sreq_t *s = tp->rtx.q_head; s;) {
             ucx_sreq_t *next = s->next;
-            if (!s->status) s->status = p->fail_status ? p->fail_status : OOBX_ERR_REMOTE;
+            if (!s->status) s->status = oobx__peer_fail_status(&p->fail);
             s->next = NULL;
             ucx_sreq_issued(s);
             s = next;
@@ -223,7 +214,7 @@ static void ucx_watch_pids(ucx_tp_t *tp)
     tp->next_watch_ns = now + (uint64_t)UCX_WATCH_MS * 1000000u;
     for (int i = 0; i < tp->nranks; i++) {
         ucx_peer_t *p = &tp->peers[i];
-        if (!p->watch_pid || p->failed) continue;
+        if (!p->watch_pid || p->fail.failed) continue;
         /* kill(pid, 0) only: one cheap call per peer (a zombie is caught by
          * the next check, once its parent has reaped it) */
         if (kill((pid_t)p->pid, 0) != 0 && errno == ESRCH)
@@ -231,30 +222,36 @@ static void ucx_watch_pids(ucx_tp_t *tp)
     }
 }
 
+static oobx__peer_fail_t *ucx_fail_of(void *base, int peer)
+{
+    return &((ucx_tp_t *)base)->peers[peer].fail;
+}
+
+/* Before the core hears of it: the peer's records go, and its endpoint. */
+static void ucx_fail_drop(void *base, int peer)
+{
+    ucx_tp_t *tp = base;
+    ucx_peer_t *p = &tp->peers[peer];
+    ucx_peer_drop(tp, peer);
+    if (p->ep) {
+        ucp_request_param_t prm = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+            .flags = UCP_EP_CLOSE_FLAG_FORCE,
+        };
+        ucs_status_ptr_t ptr = ucp_ep_close_nbx(p->ep, &prm);
+        if (ptr && !UCS_PTR_IS_ERR(ptr)) {
+            for (int k = 0; k < 1000 && ucp_request_check_status(ptr) == UCS_INPROGRESS; k++)
+                ucp_worker_progress(tp->worker);
+            ucp_request_free(ptr);
+        }
+        p->ep = NULL;
+    }
+}
+
 static void ucx_report_failures(ucx_tp_t *tp)
 {
-    tp->fail_pending = 0;
-    for (int i = 0; i < tp->nranks; i++) {
-        ucx_peer_t *p = &tp->peers[i];
-        if (!p->failed || p->fail_reported) continue;
-        p->fail_reported = 1;
-        OOBX_INFO(tp->log, "%s", p->why);
-        ucx_peer_drop(tp, i);
-        if (p->ep) {
-            ucp_request_param_t prm = {
-                .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                .flags = UCP_EP_CLOSE_FLAG_FORCE,
-            };
-            ucs_status_ptr_t ptr = ucp_ep_close_nbx(p->ep, &prm);
-            if (ptr && !UCS_PTR_IS_ERR(ptr)) {
-                for (int k = 0; k < 1000 && ucp_request_check_status(ptr) == UCS_INPROGRESS; k++)
-                    ucp_worker_progress(tp->worker);
-                ucp_request_free(ptr);
-            }
-            p->ep = NULL;
-        }
-        tp->sink.peer_failed(tp->sink.core, i, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, p->why);
-    }
+    static const oobx__peer_fail_ops_t ops = {.get = ucx_fail_of, .drop = ucx_fail_drop};
+    oobx__peer_fail_report(tp, tp->nranks, &ops, &tp->sink, tp->log, &tp->fail_pending);
 }
 
 static void ucx_orphans_sweep(ucx_tp_t *tp)
@@ -574,8 +571,8 @@ static void ucx_destroy(oobx_tp_t *base)
         }
         for (int i = 0; i < tp->nranks; i++) {
             ucx_peer_t *p = &tp->peers[i];
-            if (!p->failed) p->fail_status = OOBX_ERR_ABORTED;
-            p->failed = 1;
+            if (!p->fail.failed) p->fail.status = OOBX_ERR_ABORTED;
+            p->fail.failed = 1;
             ucx_peer_drop(tp, i);
         }
         /* let connection set-up messages that peers are waiting for go out
@@ -597,7 +594,7 @@ static void ucx_destroy(oobx_tp_t *base)
             if (!p->ep) continue;
             ucp_request_param_t prm = {
                 .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                .flags = p->fail_reported || !closing ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+                .flags = p->fail.reported || !closing ? UCP_EP_CLOSE_FLAG_FORCE : 0,
             };
             ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &prm);
             p->ep = NULL;

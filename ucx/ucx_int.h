@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "ringbuf.h"
+#include "tp_common.h"
 #include "tp_module.h"
 #include "transport.h"
 #include "util.h"
@@ -72,10 +73,7 @@ typedef struct ucx_peer {
     uint32_t pid;
     ucp_ep_h ep;
     int watch_pid;          /* no UCX error handling on this endpoint: watch the peer's pid */
-    int failed;             /* the link is gone */
-    int fail_reported;      /* sink.peer_failed called */
-    int fail_status;
-    char why[192];
+    oobx__peer_fail_t fail; /* the link is gone, and why */
     uint32_t tx_seq;        /* tag sequence numbers, this rank -> peer */
     ucx_rrec_t *rx_head, *rx_tail;
     int dirty;              /* on the dirty list */

@@ -172,13 +172,13 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
     if (peer < 0 || peer >= tp->nranks || peer == tp->rank)
         return oobx__fail(tp->log, OOBX_ERR_INVALID, "ucx: send to rank %d of %d", peer, tp->nranks);
     ucx_peer_t *p = &tp->peers[peer];
-    if (p->failed)
-        return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    if (p->fail.failed)
+        return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
     if (!p->addr)
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
     if (tp->rtx.setup && tp->rtx.peer == peer) ucx_ring_activate(tp);
-    ucp_ep_h ep = p->failed ? NULL : ucx_peer_ep(tp, peer);
-    if (!ep) return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    ucp_ep_h ep = p->fail.failed ? NULL : ucx_peer_ep(tp, peer);
+    if (!ep) return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
     ucx_sreq_t *s = ucx_sreq_new(tp, 0);
     if (!s) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
     s->req = req;
@@ -375,11 +375,11 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
 void ucx_peer_drain(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
-    for (ucx_rrec_t *r = p->rx_head; r && !p->failed; r = r->next) {
+    for (ucx_rrec_t *r = p->rx_head; r && !p->fail.failed; r = r->next) {
         if (!r->arrived) break;
         if (!r->begun) ucx_rrec_begin(tp, r);
     }
-    while (!p->failed && p->rx_head && p->rx_head->begun && p->rx_head->complete) {
+    while (!p->fail.failed && p->rx_head && p->rx_head->begun && p->rx_head->complete) {
         ucx_rrec_t *r = p->rx_head;
         if (r->status && r->has_msg) {
             ucx_peer_fail(tp, peer, r->status, "ucx: payload from rank %d lost: %s", peer,
@@ -453,7 +453,7 @@ void ucx_probe(ucx_tp_t *tp)
         ucx_mark_dirty(tp, peer);
         /* watch the sender for failures too: its pid on this host, else an
          * endpoint with UCX's error handling */
-        if (!p->ep && !p->failed && !p->watch_pid) {
+        if (!p->ep && !p->fail.failed && !p->watch_pid) {
             if (p->addr && strcmp(p->host, tp->host) == 0)
                 ucx_peer_watch(tp, peer);
             else

@@ -235,7 +235,7 @@ void ucx_ring_push(ucx_tp_t *tp)
 {
     ucx_ring_tx_t *r = &tp->rtx;
     ucx_peer_t *p = &tp->peers[r->peer];
-    if (!r->active || p->failed) return;
+    if (!r->active || p->fail.failed) return;
     ucp_ep_h ep = p->ep;
     while (r->q_head) {
         ucx_sreq_t *s = r->q_head;

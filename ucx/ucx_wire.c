@@ -10,6 +10,7 @@
 #include "oobx.h"
 #include "ringbuf.h"
 #include "ucx_wire.h"
+#include "tp_common.h"
 
 /* ---- address card ---------------------------------------------------------------- */
 
@@ -34,21 +35,8 @@ size_t ucx_card_encode(uint32_t pid, const char *host, const void *addr, size_t 
 int ucx_card_decode(const void *buf, size_t len, ucx_card_t *out, char *why, size_t whylen)
 {
     ucx_blob_hdr_t h;
-    if (len < sizeof(h)) {
-        snprintf(why, whylen, "%zu bytes, shorter than the %zu-byte header", len, sizeof(h));
-        return OOBX_ERR_PROTOCOL;
-    }
-    memcpy(&h, buf, sizeof(h));
-    if (h.magic != UCX_BLOB_MAGIC) {
-        snprintf(why, whylen, "not a UCX address (magic 0x%08" PRIx32 "; do all ranks use the same transport?)",
-                 h.magic);
-        return OOBX_ERR_PROTOCOL;
-    }
-    if (h.version != UCX_BLOB_VERSION || h.hdr_bytes != sizeof(h)) {
-        snprintf(why, whylen, "version %u with a %u-byte header, this is version %u with %zu", h.version,
-                 h.hdr_bytes, UCX_BLOB_VERSION, sizeof(h));
-        return OOBX_ERR_MISMATCH;
-    }
+    int rc = oobx__card_open(buf, len, &h, sizeof(h), UCX_BLOB_MAGIC, UCX_BLOB_VERSION, "UCX", why, whylen);
+    if (rc != 0) return rc;
     if (h.addr_len == 0 || h.addr_len != len - sizeof(h)) {
         snprintf(why, whylen, "%" PRIu32 " worker address bytes in a %zu-byte card", h.addr_len, len);
         return OOBX_ERR_PROTOCOL;

@@ -64,24 +64,15 @@ const char *verbs_who(verbs_tp_t *tp, int peer, char *buf, size_t len)
 
 void verbs_mark_dirty(verbs_tp_t *tp, int peer)
 {
-    verbs_peer_t *p = &tp->peers[peer];
-    if (!p->dirty) {
-        p->dirty = 1;
-        tp->dirty[tp->ndirty++] = peer;
-    }
+    oobx__dirty_mark(&tp->peers[peer].dirty, tp->dirty, &tp->ndirty, peer);
 }
 
 void verbs_peer_fail(verbs_tp_t *tp, int peer, int status, const char *fmt, ...)
 {
-    verbs_peer_t *p = &tp->peers[peer];
-    if (p->failed) return;
-    p->failed = 1;
-    p->fail_status = status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->why, sizeof(p->why), fmt, ap);
+    oobx__peer_fail_vrecord(&tp->peers[peer].fail, &tp->fail_pending, status, fmt, ap);
     va_end(ap);
-    tp->fail_pending = 1;
 }
 
 static void verbs_protocol_error(verbs_tp_t *tp, int peer, const char *what)
@@ -233,7 +224,7 @@ static int verbs_post_chunk(verbs_tp_t *tp, verbs_conn_t *c, verbs_send_t *s, co
 /* RDMA READs of rendezvous payloads, in message order, up to the read depth. */
 static void verbs_issue_reads(verbs_tp_t *tp, verbs_peer_t *p, verbs_conn_t *c)
 {
-    for (verbs_rrec_t *r = p->rx_head; r && p->unread && c->reads_out < tp->read_depth && !p->failed; r = r->next) {
+    for (verbs_rrec_t *r = p->rx_head; r && p->unread && c->reads_out < tp->read_depth && !p->fail.failed; r = r->next) {
         while (r->rndv && r->issued < r->len && c->reads_out < tp->read_depth) {
             uint32_t k = 0;
             while (c->read_owner[k]) k++;
@@ -290,20 +281,20 @@ static void verbs_peer_push(verbs_tp_t *tp, int peer)
 {
     verbs_peer_t *p = &tp->peers[peer];
     verbs_conn_t *c = p->conn;
-    if (p->failed || !c || c->state != VERBS_CONN_UP) return;
+    if (p->fail.failed || !c || c->state != VERBS_CONN_UP) return;
     verbs_issue_reads(tp, p, c);
-    while (p->ctl_head && !p->failed && verbs_can_post(c, 1 + VERBS_CREDIT_RESERVE)) {
+    while (p->ctl_head && !p->fail.failed && verbs_can_post(c, 1 + VERBS_CREDIT_RESERVE)) {
         verbs_ctrl_t *k = p->ctl_head;
         if (verbs_post_msg(tp, c, k->type, k->body, k->len, NULL, 0)) return;
         p->ctl_head = k->next;
         if (!p->ctl_head) p->ctl_tail = NULL;
         free(k);
     }
-    if (p->ring_credit_due && !p->failed && verbs_can_post(c, 1 + VERBS_CREDIT_RESERVE)) {
+    if (p->ring_credit_due && !p->fail.failed && verbs_can_post(c, 1 + VERBS_CREDIT_RESERVE)) {
         if (verbs_post_msg(tp, c, VERBS_T_RCREDIT, &p->ring_credit, sizeof(p->ring_credit), NULL, 0)) return;
         p->ring_credit_due = 0;
     }
-    while (p->sq_head && !p->failed) {
+    while (p->sq_head && !p->fail.failed) {
         verbs_send_t *s = p->sq_head;
         if (s->type == VERBS_SEND_RING) {
             if (!verbs_ring_push(tp, p, c, s)) break;
@@ -326,7 +317,7 @@ static void verbs_peer_push(verbs_tp_t *tp, int peer)
             p->wait = s;
         }
     }
-    if (c->rx_owed >= VERBS_CREDIT_BATCH && !p->failed && verbs_can_post(c, 1))
+    if (c->rx_owed >= VERBS_CREDIT_BATCH && !p->fail.failed && verbs_can_post(c, 1))
         verbs_post_msg(tp, c, VERBS_T_CREDIT, NULL, 0, NULL, 0);
 }
 
@@ -372,7 +363,7 @@ static verbs_rrec_t *verbs_rrec_add(verbs_tp_t *tp, int peer)
 static void verbs_peer_drain(verbs_tp_t *tp, int peer)
 {
     verbs_peer_t *p = &tp->peers[peer];
-    while (!p->failed && p->rx_head && p->rx_head->complete) {
+    while (!p->fail.failed && p->rx_head && p->rx_head->complete) {
         verbs_rrec_t *r = p->rx_head;
         p->rx_head = r->next;
         if (!p->rx_head) p->rx_tail = NULL;
@@ -536,7 +527,7 @@ static void verbs_on_wc(verbs_tp_t *tp, const struct ibv_wc *wc)
     verbs_conn_t *c = p->conn;
     if (!c || c->serial != serial || !c->qp || c->qp->qp_num != wc->qp_num) return; /* a connection gone */
     if (wc->status != IBV_WC_SUCCESS) {
-        if (!p->failed && !tp->destroying) {
+        if (!p->fail.failed && !tp->destroying) {
             char who[128];
             verbs_peer_fail(tp, peer, OOBX_ERR_REMOTE, "verbs: %s %s %s failed on device %s QP %u: %s (vendor error 0x%x)",
                             verbs_opcode_str(kind, wc->opcode), kind == VERBS_WR_RECV ? "from" : "to",
@@ -545,7 +536,7 @@ static void verbs_on_wc(verbs_tp_t *tp, const struct ibv_wc *wc)
         }
         return;
     }
-    if (p->failed) return;
+    if (p->fail.failed) return;
     switch (kind) {
     case VERBS_WR_RECV: {
         if (idx >= VERBS_RECV_DEPTH) return;
@@ -553,7 +544,7 @@ static void verbs_on_wc(verbs_tp_t *tp, const struct ibv_wc *wc)
             verbs_on_ring_chunk(tp, peer, ntohl(wc->imm_data));
         else
             verbs_on_message(tp, c, c->rbuf + (size_t)idx * VERBS_BUF_BYTES, wc->byte_len);
-        if (p->failed) return;
+        if (p->fail.failed) return;
         if (verbs_post_recv(tp, c, idx)) return;
         c->rx_owed++;
         break;
@@ -616,7 +607,7 @@ void verbs_poll_cq(verbs_tp_t *tp, int rounds)
 static void verbs_peer_drop(verbs_tp_t *tp, int peer)
 {
     verbs_peer_t *p = &tp->peers[peer];
-    int st = p->fail_status ? p->fail_status : OOBX_ERR_REMOTE;
+    int st = oobx__peer_fail_status(&p->fail);
     verbs_conn_free(tp, p->conn, 1);
     p->conn = NULL;
     while (p->sq_head) {
@@ -654,17 +645,20 @@ static void verbs_peer_drop(verbs_tp_t *tp, int peer)
     }
 }
 
+static oobx__peer_fail_t *verbs_fail_of(void *base, int peer)
+{
+    return &((verbs_tp_t *)base)->peers[peer].fail;
+}
+
+static void verbs_fail_drop(void *base, int peer)
+{
+    verbs_peer_drop(base, peer);
+}
+
 static void verbs_report_failures(verbs_tp_t *tp)
 {
-    tp->fail_pending = 0;
-    for (int i = 0; i < tp->nranks; i++) {
-        verbs_peer_t *p = &tp->peers[i];
-        if (!p->failed || p->fail_reported) continue;
-        p->fail_reported = 1;
-        OOBX_INFO(tp->log, "%s", p->why);
-        verbs_peer_drop(tp, i);
-        tp->sink.peer_failed(tp->sink.core, i, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, p->why);
-    }
+    static const oobx__peer_fail_ops_t ops = {.get = verbs_fail_of, .drop = verbs_fail_drop};
+    oobx__peer_fail_report(tp, tp->nranks, &ops, &tp->sink, tp->log, &tp->fail_pending);
 }
 
 /* ---- the ops ------------------------------------------------------------------------------- */
@@ -747,7 +741,7 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
     if (peer < 0 || peer >= tp->nranks || peer == tp->rank)
         return oobx__fail(tp->log, OOBX_ERR_INVALID, "verbs: send to rank %d of %d", peer, tp->nranks);
     verbs_peer_t *p = &tp->peers[peer];
-    if (p->failed) return oobx__fail(tp->log, p->fail_status ? p->fail_status : OOBX_ERR_REMOTE, "%s", p->why);
+    if (p->fail.failed) return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
     if (!p->have_addr && !p->conn)
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "verbs: send to rank %d before its address", peer);
     verbs_send_t *s = calloc(1, sizeof(*s));
@@ -1052,7 +1046,7 @@ static int verbs_busy(verbs_tp_t *tp)
 {
     for (int i = 0; i < tp->nranks; i++) {
         verbs_peer_t *p = &tp->peers[i];
-        if (p->failed || !p->conn) continue;
+        if (p->fail.failed || !p->conn) continue;
         if (p->sq_head || p->ctl_head || p->wait || p->ring_credit_due) return 1;
         /* posted and not yet completed: a disconnect now would lose it */
         if (p->conn->qp && (p->conn->nfree < VERBS_SEND_SLOTS || p->conn->reads_out)) return 1;
@@ -1167,9 +1161,9 @@ void verbs_tp_dump(oobx_tp_t *base, FILE *out)
         int nctl = 0, nrx = 0;
         for (verbs_ctrl_t *k = p->ctl_head; k; k = k->next) nctl++;
         for (verbs_rrec_t *r = p->rx_head; r; r = r->next) nrx++;
-        if (!c && !p->sq_head && !p->failed && !nctl) continue;
+        if (!c && !p->sq_head && !p->fail.failed && !nctl) continue;
         fprintf(out, "  rank %d: failed %d crossed %d, queued %d, control %d, waiting %d, records %d, ring credit "
-                "due %d", i, p->failed, p->crossed, verbs_count_sends(p->sq_head), nctl, verbs_count_sends(p->wait), nrx,
+                "due %d", i, p->fail.failed, p->crossed, verbs_count_sends(p->sq_head), nctl, verbs_count_sends(p->wait), nrx,
                 p->ring_credit_due);
         if (c)
             fprintf(out, "; QP %u state %d %s, credits %u, owed %u, free slots %u, reads %u", c->qp ? c->qp->qp_num : 0,

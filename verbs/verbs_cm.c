@@ -122,7 +122,7 @@ void verbs_conn_start(verbs_tp_t *tp, int peer)
 {
     verbs_peer_t *p = &tp->peers[peer];
     char who[128];
-    if (p->conn || p->failed || p->crossed) return;
+    if (p->conn || p->fail.failed || p->crossed) return;
     if (!p->have_addr) return; /* it connects to us */
     verbs_conn_t *c = verbs_conn_new(tp, peer, 0);
     if (!c) {
@@ -179,7 +179,7 @@ static void verbs_on_connect_request(verbs_tp_t *tp, struct rdma_cm_id *id, cons
     }
     int peer = (int)h.rank;
     verbs_peer_t *p = &tp->peers[peer];
-    if (p->failed)
+    if (p->fail.failed)
         code = VERBS_REJ_FAILED;
     else if (p->conn && (p->conn->passive || p->conn->state == VERBS_CONN_UP))
         code = VERBS_REJ_DUPLICATE;
@@ -355,7 +355,7 @@ void verbs_crossed_check(verbs_tp_t *tp)
         if (!p->crossed || now < p->crossed_deadline) continue;
         p->crossed = 0;
         tp->ncrossed--;
-        if (p->failed || p->conn) continue;
+        if (p->fail.failed || p->conn) continue;
         char who[128];
         OOBX_INFO(tp->log, "verbs: %s did not connect within %d ms after crossed connections; connecting again",
                   verbs_who(tp, i, who, sizeof(who)), VERBS_CROSSED_MS);

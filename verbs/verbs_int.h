@@ -6,6 +6,8 @@
 #define OOBX_VERBS_INT_H
 
 #include <stdint.h>
+
+#include "tp_common.h"
 #include <sys/socket.h>
 
 #include <infiniband/verbs.h>
@@ -100,8 +102,7 @@ typedef struct verbs_peer {
     uint64_t ring_credit;
     int crossed;            /* our attempt lost a crossing: the peer's connection is coming */
     uint64_t crossed_deadline; /* ... or we connect again then */
-    int failed, fail_reported, fail_status;
-    char why[384];
+    oobx__peer_fail_t fail; /* the link is gone, and why */
     int dirty;
 } verbs_peer_t;
 

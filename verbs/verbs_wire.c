@@ -11,6 +11,7 @@
 #include "oobx.h"
 #include "ringbuf.h"
 #include "verbs_wire.h"
+#include "tp_common.h"
 
 /* ---- address card ---------------------------------------------------------------- */
 
@@ -47,21 +48,8 @@ size_t verbs_card_encode(uint64_t host_id, uint32_t pid, const struct sockaddr_s
 int verbs_card_decode(const void *buf, size_t len, verbs_card_t *out, char *why, size_t whylen)
 {
     verbs_blob_t b;
-    if (len < sizeof(b)) {
-        snprintf(why, whylen, "%zu bytes, shorter than the %zu-byte header", len, sizeof(b));
-        return OOBX_ERR_PROTOCOL;
-    }
-    memcpy(&b, buf, sizeof(b));
-    if (b.magic != VERBS_BLOB_MAGIC) {
-        snprintf(why, whylen, "not a verbs address (magic 0x%08" PRIx32 "; do all ranks use the same transport?)",
-                 b.magic);
-        return OOBX_ERR_PROTOCOL;
-    }
-    if (b.version != VERBS_BLOB_VERSION || b.hdr_bytes != sizeof(b)) {
-        snprintf(why, whylen, "version %u with a %u-byte header, this is version %u with %zu", b.version,
-                 b.hdr_bytes, VERBS_BLOB_VERSION, sizeof(b));
-        return OOBX_ERR_MISMATCH;
-    }
+    int rc = oobx__card_open(buf, len, &b, sizeof(b), VERBS_BLOB_MAGIC, VERBS_BLOB_VERSION, "verbs", why, whylen);
+    if (rc != 0) return rc;
     if (b.dev_len == 0 || b.dev_len >= VERBS_DEV_NAME_MAX || len != sizeof(b) + b.dev_len ||
         (b.family != AF_INET && b.family != AF_INET6) || b.port == 0) {
         snprintf(why, whylen, "malformed (family %u, port %u, device name of %u bytes in a %zu-byte card)", b.family,
