@@ -16,7 +16,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/socket.h>
+
+#include "oobx.h"
 
 #include "log.h"
 #include "settings.h"
@@ -54,6 +57,16 @@ extern const oobx_core_api_t oobx__core_api;
 typedef int (*oobx_tp_module_init_fn)(const oobx_core_api_t *api, const oobx_tp_ops_t **ops, char *why,
                                       size_t whylen);
 #define OOBX_TP_MODULE_INIT "oobx_tp_module_init"
+
+/* A module's check of the core it is loaded into: 0, or OOBX_ERR_UNAVAILABLE
+ * with why. */
+static inline int oobx__module_accepts(const oobx_core_api_t *api, const char *name, char *why, size_t whylen)
+{
+    if (api && api->version == OOBX_CORE_API_VERSION && api->size >= sizeof(oobx_core_api_t)) return 0;
+    snprintf(why, whylen, "%s: core interface version %u (%u bytes), this module needs %d (%zu bytes)", name,
+             api ? api->version : 0, api ? api->size : 0, OOBX_CORE_API_VERSION, sizeof(oobx_core_api_t));
+    return OOBX_ERR_UNAVAILABLE;
+}
 
 #ifdef OOBX_MODULE
 /* Inside a module the core's logging calls are reached through the log

@@ -1200,11 +1200,7 @@ const oobx_tp_ops_t oobx_verbs_ops = {
 oobx__module_export int oobx_tp_module_init(const oobx_core_api_t *api, const oobx_tp_ops_t **ops, char *why,
                                             size_t whylen)
 {
-    if (!api || api->version != OOBX_CORE_API_VERSION || api->size < sizeof(oobx_core_api_t)) {
-        snprintf(why, whylen, "verbs: core interface version %u (%u bytes), this module needs %d (%zu bytes)",
-                 api ? api->version : 0, api ? api->size : 0, OOBX_CORE_API_VERSION, sizeof(oobx_core_api_t));
-        return OOBX_ERR_UNAVAILABLE;
-    }
-    *ops = &oobx_verbs_ops;
-    return 0;
+    int rc = oobx__module_accepts(api, "verbs", why, whylen);
+    if (rc == 0) *ops = &oobx_verbs_ops;
+    return rc;
 }
