@@ -9,6 +9,7 @@
 
 #include "coll.h"
 #include "comm.h"
+#include "node.h"
 #include "root.h"
 #include "tp_module.h"
 #include "tp_table.h"
@@ -114,18 +115,25 @@ static coll_group_t whole(struct oobx_comm *c)
 #define CARD_HDR 16
 #define CARD_MAGIC 0x4f43u
 
-static void card_header(char *out)
+/* The host id: OOBX_HOST_ID when set, else the host name. */
+static uint64_t host_id(const oobx_settings_t *s)
+{
+    char host[256] = "";
+    if (s->host_id[0]) snprintf(host, sizeof(host), "id:%s", s->host_id);
+    else gethostname(host, sizeof(host) - 1);
+    return oobx__hash64(host, strlen(host), 0x686f7374ull);
+}
+
+static void card_header(char *out, const oobx_settings_t *s)
 {
     unsigned char *p = (unsigned char *)out;
-    char host[256] = "";
-    gethostname(host, sizeof(host) - 1);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1) ncpu = 1;
     if (ncpu > 65535) ncpu = 65535;
     oobx__put_u16(p, CARD_MAGIC);
     oobx__put_u16(p + 2, (uint16_t)ncpu);
     oobx__put_u32(p + 4, 0);
-    oobx__put_u64(p + 8, oobx__hash64(host, strlen(host), 0x686f7374ull));
+    oobx__put_u64(p + 8, host_id(s));
 }
 
 static int host_cmp(const void *a, const void *b)
@@ -156,6 +164,338 @@ static int cards_oversubscribed(const unsigned char *items, size_t cap, int n)
     }
     free(hosts);
     return over;
+}
+
+/* Records every peer's address from a table of cards (rank r's at card(r)),
+ * then whether some host is oversubscribed, then the ring links. Called with
+ * the endpoint lock held. */
+typedef const unsigned char *(*card_fn)(void *arg, int r, size_t *len);
+
+static int take_cards(struct oobx_comm *c, card_fn card, void *arg)
+{
+    int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
+    unsigned char *heads = malloc((size_t)nranks * CARD_HDR);
+    if (!heads) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for %d cards", rank, nranks);
+    for (int r = 0; rc == 0 && r < nranks; r++) {
+        size_t len = 0;
+        const unsigned char *k = card(arg, r, &len);
+        if (!k || len <= CARD_HDR || oobx__get_u16(k) != CARD_MAGIC) {
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: the card of rank %d is malformed (%zu bytes)", rank, r,
+                            k ? len : 0);
+            break;
+        }
+        memcpy(heads + (size_t)r * CARD_HDR, k, CARD_HDR);
+        if (r == rank) continue;
+        rc = c->v.ep->ops->set_peer(c->v.ep->tp, r, k + CARD_HDR, len - CARD_HDR);
+        if (rc != 0)
+            rc = oobx__fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
+                            len - CARD_HDR, oobx_last_error());
+    }
+    if (rc == 0) c->v.ep->oversubscribed = cards_oversubscribed(heads, CARD_HDR, nranks);
+    free(heads);
+    if (rc == 0 && c->v.ep->oversubscribed)
+        OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
+    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
+    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
+    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, prev, next);
+    return rc;
+}
+
+typedef struct strided {
+    const unsigned char *items;
+    size_t cap;
+    const size_t *lens;
+} strided_t;
+
+static const unsigned char *strided_card(void *arg, int r, size_t *len)
+{
+    strided_t *t = arg;
+    *len = t->lens[r];
+    return t->items + (size_t)r * t->cap;
+}
+
+/* Every rank reports to its root, learns its ring successor, and every card
+ * travels the ring of all ranks (N cards through each rank). */
+static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const unsigned char *blob, size_t blob_len)
+{
+    int rank = c->v.rank, nranks = c->v.nranks;
+    uint64_t t0 = oobx__now_ns();
+    unsigned char next_blob[OOBX_ADDR_MAX];
+    size_t next_len = 0;
+    double delay = 0;
+    root_client_t rcl = *rcl_in;
+    int rc = oobx__root_exchange(&rcl, next_blob, &next_len, &delay);
+    if (rc != 0) return rc;
+    uint64_t t_root = oobx__now_ns();
+    c->timings.delay = delay;
+    c->timings.root = (t_root - t0) / 1e9 - delay;
+    int next = (rank + 1) % nranks;
+    pthread_mutex_lock(&c->v.ep->lock);
+    if (nranks > 1) rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, next_blob, next_len);
+    uint64_t t_ring = oobx__now_ns();
+    c->timings.ring = (t_ring - t_root) / 1e9;
+    /* every rank's card (host and CPUs, then the transport address), over the ring */
+    const size_t cap = CARD_HDR + OOBX_ADDR_MAX;
+    char *items = malloc((size_t)nranks * cap);
+    size_t *lens = calloc((size_t)nranks, sizeof(*lens));
+    if (rc == 0 && (!items || !lens)) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory for %d addresses", nranks);
+    if (rc == 0) {
+        card_header(items + (size_t)rank * cap, &c->settings);
+        memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
+        lens[rank] = CARD_HDR + blob_len;
+        coll_group_t g = whole(c);
+        rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens);
+    }
+    strided_t t = {(const unsigned char *)items, cap, lens};
+    if (rc == 0) rc = take_cards(c, strided_card, &t);
+    pthread_mutex_unlock(&c->v.ep->lock);
+    free(items);
+    free(lens);
+    c->timings.allgather = (oobx__now_ns() - t_ring) / 1e9;
+    c->timings.hosts = 0;
+    c->timings.local_ranks = 0;
+    return rc;
+}
+
+/* ---- the node-aware bootstrap ---- */
+
+/* Tag of the leaders' card trade: a group id no group collective has. */
+#define NODE_TRADE_TAG (0xfffffeull << 40)
+
+static const unsigned char *node_card_of(void *arg, int r, size_t *len)
+{
+    return oobx__node_card(arg, r, len);
+}
+
+static int pair_sent(void *arg)
+{
+    oobx_sreq_t **s = arg;
+    for (int i = 0; s[i]; i++)
+        if (!s[i]->tp.done) return 0;
+    return 1;
+}
+
+static int recv_done(void *arg)
+{
+    return ((oobx_rreq_t *)arg)->done;
+}
+
+/* A leader's part: its group's cards to the next leader, every other group's
+ * from the previous one (forwarded on unless the next leader made them),
+ * until the table holds every card. Messages: u32 origin leader, u32 count,
+ * then count x (u32 rank, u32 length, the card). Endpoint lock held. */
+static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members)
+{
+    int rank = c->v.rank, nranks = c->v.nranks, L = pl->place.local_size;
+    int next = pl->place.next_leader, prev = pl->place.prev_leader;
+    if (next == rank) return 0; /* the only group */
+    int rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, pl->next_card + CARD_HDR, pl->place.next_len - CARD_HDR);
+    if (rc != 0)
+        return oobx__fail(&c->log, rc, "rank %d: the card of the next leader, rank %d, does not parse: %s", rank, next,
+                          oobx_last_error());
+    size_t own = 8;
+    for (int k = 0; k < L; k++) {
+        size_t len;
+        oobx__node_card(node, members[k], &len);
+        own += 8 + len;
+    }
+    /* what can come in: every other card once, with its 8 bytes, and a head per message */
+    size_t cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 8 * (size_t)nranks;
+    unsigned char *out = malloc(own), *in = malloc(cap);
+    int nsend_max = nranks - L + 2, ns = 0;
+    oobx_sreq_t *sreqs = calloc((size_t)nsend_max, sizeof(*sreqs));
+    oobx_sreq_t **pending = calloc((size_t)nsend_max + 1, sizeof(*pending));
+    oobx_rreq_t *r = calloc(1, sizeof(*r));
+    if (!out || !in || !sreqs || !pending || !r) {
+        free(out), free(in), free(sreqs), free(pending), free(r);
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for the leaders' trade", rank);
+    }
+    oobx__put_u32(out, (uint32_t)rank);
+    oobx__put_u32(out + 4, (uint32_t)L);
+    size_t o = 8;
+    for (int k = 0; k < L; k++) {
+        size_t len;
+        const unsigned char *card = oobx__node_card(node, members[k], &len);
+        oobx__put_u32(out + o, (uint32_t)members[k]);
+        oobx__put_u32(out + o + 4, (uint32_t)len);
+        memcpy(out + o + 8, card, len);
+        o += 8 + len;
+    }
+    uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
+    char who[160];
+    rc = oobx__ep_isend(&c->v, next, OOBX_MSG_COLL, NODE_TRADE_TAG, out, own, &sreqs[ns]);
+    if (rc == 0) pending[ns] = &sreqs[ns], ns++;
+    size_t used = 0;
+    int adopted = 0;
+    while (rc == 0 && oobx__node_count(node) < nranks) {
+        rc = oobx__ep_irecv(&c->v, prev, OOBX_MSG_COLL, NODE_TRADE_TAG, in + used, cap - used, r);
+        if (rc != 0) break;
+        if (!r->done) rc = oobx__ep_wait(&c->v, recv_done, r, deadline);
+        if (rc != 0) {
+            oobx__ep_peer_name(&c->v, prev, who, sizeof(who));
+            rc = oobx__ep_wait_error(&c->v, rc,
+                                     "rank %d, leader of %d ranks on its host: waiting for the cards of the other hosts "
+                                     "from the previous leader, %s (%d of %d cards in)",
+                                     rank, L, who, oobx__node_count(node), nranks);
+            if (oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, NODE_TRADE_TAG, r)) adopted = 1;
+            break;
+        }
+        if (r->status) {
+            oobx__ep_peer_name(&c->v, prev, who, sizeof(who));
+            const char *why = oobx__ep_failed_what(c->v.ep, prev);
+            rc = oobx__fail(&c->log, r->status, "rank %d, leader of its host: the previous leader, %s: %s", rank, who,
+                            why ? why : oobx_strerror(r->status));
+            break;
+        }
+        /* a group's cards: check every length before taking any */
+        const unsigned char *m = in + used;
+        size_t got = r->received;
+        uint32_t origin = got >= 8 ? oobx__get_u32(m) : 0, count = got >= 8 ? oobx__get_u32(m + 4) : 0;
+        size_t q = 8;
+        int bad = got < 8 || origin >= (uint32_t)nranks || count == 0 || count > (uint32_t)nranks;
+        for (uint32_t k = 0; !bad && k < count; k++) {
+            if (q + 8 > got) { bad = 1; break; }
+            uint32_t len = oobx__get_u32(m + q + 4);
+            if (len <= CARD_HDR || len > CARD_HDR + OOBX_ADDR_MAX || q + 8 + len > got) bad = 1;
+            q += 8 + (size_t)len;
+        }
+        if (bad || q != got) {
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: a malformed card message of %zu bytes from leader %d",
+                            rank, got, prev);
+            break;
+        }
+        q = 8;
+        for (uint32_t k = 0; rc == 0 && k < count; k++) {
+            uint32_t who_rank = oobx__get_u32(m + q), len = oobx__get_u32(m + q + 4);
+            rc = oobx__node_put(node, (int)who_rank, m + q + 8, len);
+            q += 8 + (size_t)len;
+        }
+        if (rc != 0) break;
+        used += got;
+        if ((int)origin != next && ns < nsend_max) {
+            rc = oobx__ep_isend(&c->v, next, OOBX_MSG_COLL, NODE_TRADE_TAG, m, got, &sreqs[ns]);
+            if (rc == 0) pending[ns] = &sreqs[ns], ns++;
+        }
+    }
+    if (rc == 0 && !pair_sent(pending)) {
+        rc = oobx__ep_wait(&c->v, pair_sent, pending, deadline);
+        if (rc != 0) {
+            oobx__ep_peer_name(&c->v, next, who, sizeof(who));
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host: sending cards to the next leader, %s",
+                                     rank, who);
+        }
+    }
+    for (int i = 0; rc == 0 && i < ns; i++)
+        if (sreqs[i].tp.status) {
+            oobx__ep_peer_name(&c->v, next, who, sizeof(who));
+            const char *why = oobx__ep_failed_what(c->v.ep, next);
+            rc = oobx__fail(&c->log, sreqs[i].tp.status, "rank %d, leader of its host: the next leader, %s: %s", rank,
+                            who, why ? why : oobx_strerror(sreqs[i].tp.status));
+        }
+    if (adopted || !pair_sent(pending)) {
+        /* a transport may still touch them */
+        oobx__ep_adopt(c->v.ep, in);
+        oobx__ep_adopt(c->v.ep, out);
+        oobx__ep_adopt(c->v.ep, sreqs);
+        oobx__ep_adopt(c->v.ep, r);
+    } else {
+        free(in), free(out), free(sreqs), free(r);
+    }
+    free(pending);
+    return rc;
+}
+
+/* Every rank reports its card to its root, which answers with the rank's
+ * place among the ranks of its host; the ranks of a host share one table in
+ * shared memory, and only their leader trades cards with the other hosts'. */
+static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const unsigned char *blob, size_t blob_len,
+                     const oobx_cancel_t *cancel)
+{
+    int rank = c->v.rank, nranks = c->v.nranks;
+    uint64_t t0 = oobx__now_ns();
+    unsigned char card[CARD_HDR + OOBX_ADDR_MAX];
+    card_header((char *)card, &c->settings);
+    memcpy(card + CARD_HDR, blob, blob_len);
+    size_t card_len = CARD_HDR + blob_len;
+    root_client_t rcl = *rcl_in;
+    rcl.blob = card;
+    rcl.blob_len = card_len;
+    root_placement_t pl;
+    double delay = 0;
+    int rc = oobx__root_exchange_node(&rcl, &pl, &delay);
+    if (rc != 0) {
+        oobx__root_placement_free(&pl);
+        return rc;
+    }
+    uint64_t t_root = oobx__now_ns();
+    c->timings.delay = delay;
+    c->timings.root = (t_root - t0) / 1e9 - delay;
+    c->timings.ring = 0;
+    c->timings.local_ranks = pl.place.local_size;
+    int leader = pl.place.local_index == 0;
+    int *members = NULL;
+    if (leader) {
+        members = malloc((size_t)pl.place.local_size * sizeof(int));
+        if (!members) {
+            oobx__root_placement_free(&pl);
+            return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
+        }
+        for (int k = 0; k < pl.place.local_size; k++) members[k] = (int)oobx__get_u32(pl.members + 4 * (size_t)k);
+    }
+    oobx__node_params_t np = {.job = c->v.ctx, .epoch = pl.place.epoch, .host = pl.place.host, .rank = rank,
+                              .nranks = nranks, .local_index = pl.place.local_index,
+                              .local_size = pl.place.local_size, .leader = pl.place.leader,
+                              .card_cap = CARD_HDR + OOBX_ADDR_MAX, .dir = c->settings.node_dir, .log = &c->log,
+                              .cancel = cancel};
+    oobx__node_t *node = NULL;
+    rc = oobx__node_join(&np, card, card_len, &node);
+    uint64_t t_local = 0, t_trade = 0;
+    if (rc == 0 && leader) {
+        rc = oobx__node_wait_members(node, members);
+        t_local = oobx__now_ns();
+        if (rc == 0) {
+            pthread_mutex_lock(&c->v.ep->lock);
+            rc = leader_trade(c, node, &pl, members);
+            pthread_mutex_unlock(&c->v.ep->lock);
+        }
+        t_trade = oobx__now_ns();
+        oobx__node_finish(node, rc, rc ? oobx_last_error() : NULL);
+    } else if (rc == 0) {
+        rc = oobx__node_wait_finish(node);
+        t_local = t_trade = oobx__now_ns();
+    }
+    if (rc == 0 && oobx__node_count(node) != nranks)
+        rc = oobx__fail(&c->log, OOBX_ERR_INTERNAL, "rank %d: the host's table holds %d cards of %d", rank,
+                        oobx__node_count(node), nranks);
+    if (rc == 0) {
+        pthread_mutex_lock(&c->v.ep->lock);
+        rc = take_cards(c, node_card_of, node);
+        pthread_mutex_unlock(&c->v.ep->lock);
+    }
+    if (rc == 0) {
+        /* hosts: distinct ids among the cards (each rank counts; cheap next to set_peer) */
+        uint64_t *ids = malloc((size_t)nranks * sizeof(*ids));
+        int hosts = 0;
+        if (ids) {
+            for (int r = 0; r < nranks; r++) {
+                size_t len;
+                ids[r] = oobx__get_u64(oobx__node_card(node, r, &len) + 8);
+            }
+            qsort(ids, (size_t)nranks, sizeof(*ids), host_cmp);
+            for (int r = 0; r < nranks; r++)
+                if (r == 0 || ids[r] != ids[r - 1]) hosts++;
+            free(ids);
+        }
+        c->timings.hosts = hosts;
+    }
+    oobx__node_leave(node);
+    oobx__root_placement_free(&pl);
+    free(members);
+    uint64_t t_end = oobx__now_ns();
+    c->timings.local = t_local ? (t_local - t_root) / 1e9 : 0;
+    c->timings.allgather = (t_end - t_root) / 1e9;
+    (void)t_trade;
+    return rc;
 }
 
 static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const root_handle_t *roots,
@@ -196,10 +536,8 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     snprintf(c->transport, sizeof(c->transport), "%s", tname);
     uint64_t t_create = oobx__now_ns();
 
-    char *items = NULL;
-    size_t *lens = NULL;
-    unsigned char blob[OOBX_ADDR_MAX], next_blob[OOBX_ADDR_MAX];
-    size_t blob_len = sizeof(blob), next_len = 0;
+    unsigned char blob[OOBX_ADDR_MAX];
+    size_t blob_len = sizeof(blob) - CARD_HDR; /* the card (header + address) travels as one blob */
     rc = c->v.ep->ops->address(c->v.ep->tp, blob, &blob_len);
     if (rc != 0) {
         rc = oobx__fail(&c->log, rc, "rank %d: transport %s has no address: %s", rank, tname, oobx_last_error());
@@ -208,58 +546,16 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     root_client_t rcl = {.rank = rank, .nranks = nranks, .nroots = nids, .roots = roots, .tpid = oobx__tp_find(tname)->id,
                          .blob = blob, .blob_len = blob_len, .settings = &c->settings, .log = &c->log,
                          .cancel = &cancel};
-    double delay = 0;
-    rc = oobx__root_exchange(&rcl, next_blob, &next_len, &delay);
-    if (rc != 0) goto fail;
-    uint64_t t_root = oobx__now_ns();
-    c->timings.delay = delay;
-
-    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
-    pthread_mutex_lock(&c->v.ep->lock);
-    if (nranks > 1) rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, next_blob, next_len);
-    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
-    uint64_t t_ring = oobx__now_ns();
-    /* every rank's card (host and CPUs, then the transport address), over the ring */
-    const size_t cap = CARD_HDR + OOBX_ADDR_MAX;
-    items = malloc((size_t)nranks * cap);
-    lens = calloc((size_t)nranks, sizeof(*lens));
-    if (rc == 0 && (!items || !lens)) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory for %d addresses", nranks);
-    if (rc == 0) {
-        card_header(items + (size_t)rank * cap);
-        memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
-        lens[rank] = CARD_HDR + blob_len;
-        coll_group_t g = whole(c);
-        rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens);
-    }
-    for (int r = 0; rc == 0 && r < nranks; r++) {
-        if (lens[r] <= CARD_HDR || oobx__get_u16((unsigned char *)items + (size_t)r * cap) != CARD_MAGIC) {
-            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: the card of rank %d is malformed (%zu bytes)", rank, r,
-                           lens[r]);
-            break;
-        }
-        if (r == rank) continue;
-        rc = c->v.ep->ops->set_peer(c->v.ep->tp, r, items + (size_t)r * cap + CARD_HDR, lens[r] - CARD_HDR);
-        if (rc != 0)
-            rc = oobx__fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
-                           lens[r] - CARD_HDR, oobx_last_error());
-    }
-    if (rc == 0) c->v.ep->oversubscribed = cards_oversubscribed((unsigned char *)items, cap, nranks);
-    if (rc == 0 && c->v.ep->oversubscribed)
-        OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
-    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, prev, next);
-    pthread_mutex_unlock(&c->v.ep->lock);
-    free(items);
-    free(lens);
+    if (c->settings.node_aware && nranks > 1) rc = init_node(c, &rcl, blob, blob_len, &cancel);
+    else rc = init_flat(c, &rcl, blob, blob_len);
     if (rc != 0) goto fail;
     uint64_t t_end = oobx__now_ns();
     c->timings.create = (t_create - t0) / 1e9;
-    c->timings.root = (t_root - t_create) / 1e9 - delay;
-    c->timings.ring = (t_ring - t_root) / 1e9;
-    c->timings.allgather = (t_end - t_ring) / 1e9;
     c->timings.total = (t_end - t0) / 1e9;
-    OOBX_INFO(&c->log, "init timings total %.6f s (create %.6f, delay %.6f, root %.6f, ring %.6f, allgather %.6f), transport %s, %d roots",
+    OOBX_INFO(&c->log, "init timings total %.6f s (create %.6f, delay %.6f, root %.6f, ring %.6f, allgather %.6f, of it "
+                       "local %.6f; %d hosts, %d ranks here), transport %s, %d roots",
               c->timings.total, c->timings.create, c->timings.delay, c->timings.root, c->timings.ring,
-              c->timings.allgather, tname, nids);
+              c->timings.allgather, c->timings.local, c->timings.hosts, c->timings.local_ranks, tname, nids);
     *out = c;
     return 0;
 fail:
@@ -393,6 +689,19 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
                          "rank %d: no root address: set OOBX_COMM_ID=host:port[,host:port...] (or MASTER_ADDR and MASTER_PORT)",
                          rank);
     }
+    /* a launcher that made and bound the root's socket itself hands it over
+     * to the rank hosting that root (oobx-run does, closing the port race) */
+    int root_fd = -1;
+    const char *rfd = getenv("OOBX_ROOT_FD");
+    if (rfd && *rfd) {
+        long v = 0;
+        const char *p = rfd;
+        for (; *p >= '0' && *p <= '9' && v <= 0x7fffffffL; p++) v = v * 10 + (*p - '0');
+        if (*p || v > 0x7fffffffL)
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: OOBX_ROOT_FD=%s is not a file descriptor number", rank,
+                             rfd);
+        root_fd = (int)v;
+    }
     int nids = 1;
     for (const char *p = list; *p; p++)
         if (*p == ',') nids++;
@@ -412,6 +721,7 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     char *save = NULL;
     int i = 0;
     uint64_t hosted = 0;
+    int hosts_root = -1;
     for (char *tok = strtok_r(list, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save), i++) {
         char why[600];
         rc = oobx__sock_addr_parse(tok, s.socket_family, &roots[i].addr, why, sizeof(why));
@@ -430,14 +740,24 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
         roots[i].magic = oobx__mix64(magic, (uint64_t)i);
         if (rank == oobx__root_first_rank(i, nranks, nids)) {
             root_handle_t h;
-            rc = oobx__root_start(&roots[i].addr, roots[i].magic, &s, &h, why, sizeof(why));
+            if (root_fd >= 0)
+                rc = oobx__root_start_fd(root_fd, "OOBX_ROOT_FD", &roots[i].addr, roots[i].magic, &s, &h, why,
+                                         sizeof(why));
+            else
+                rc = oobx__root_start(&roots[i].addr, roots[i].magic, &s, &h, why, sizeof(why));
             if (rc != 0) {
                 rc = oobx__fail(NULL, rc, "rank %d cannot host root %d at %s: %s", rank, i, tok, why);
                 break;
             }
             hosted = roots[i].magic;
+            hosts_root = i;
         }
     }
+    if (rc == 0 && root_fd >= 0 && hosts_root < 0)
+        rc = oobx__fail(NULL, OOBX_ERR_INVALID,
+                        "rank %d: OOBX_ROOT_FD=%d is set, but this rank hosts none of the %d roots of OOBX_COMM_ID "
+                        "(root i is hosted by the first rank of block i): the launcher set it for the wrong rank",
+                        rank, root_fd, nids);
     if (rc == 0) rc = init_common(comm, nranks, rank, nids, roots, &s, cfg, hosted);
     free(roots);
     free(ids);

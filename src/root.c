@@ -1,6 +1,7 @@
 #include "root.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <poll.h>
 #include <pthread.h>
@@ -210,6 +211,8 @@ typedef struct root_state {
     root_conn_t *conns;
     int nconns, capconns;
     uint64_t t_start, t_first, t_all;
+    int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (answers once the block is in) */
+    uint64_t epoch;  /* node-aware: random, names this run's group segments */
 } root_state_t;
 
 static void conn_close(root_state_t *st, int i)
@@ -273,6 +276,107 @@ static int next_of(const root_state_t *st, int local)
     return (local + 1) % st->nrecv;
 }
 
+/* ---- node-aware answers ---- */
+
+/* The core's card header (comm.c): u16 magic, u16 CPUs, u32 0, u64 host id. */
+#define ROOT_CARD_HDR 16
+#define ROOT_CARD_MAGIC 0x4f43u
+
+typedef struct root_member {
+    uint64_t host;
+    int local; /* index in the block */
+} root_member_t;
+
+static int member_cmp(const void *a, const void *b)
+{
+    const root_member_t *x = a, *y = b;
+    if (x->host != y->host) return x->host < y->host ? -1 : 1;
+    return x->local - y->local;
+}
+
+static void answer_raw(root_state_t *st, int local, const unsigned char *data, size_t len)
+{
+    int ci = st->waiting[local];
+    st->waiting[local] = -1;
+    if (!st->replied[local]) {
+        st->replied[local] = 1;
+        if (local < st->n2send) st->nreplied++; /* the extra reporter is not one of the block's */
+    }
+    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, 0, data, len);
+}
+
+/* The whole block is in: groups by host id, each with its leader (lowest
+ * rank); leaders form a ring in rank order, stitched to the next block's
+ * first rank (a leader there) through the extra report. Every rank gets its
+ * placement; the extra reporter learns this block's last leader. */
+static void answer_groups(root_state_t *st)
+{
+    int n = st->n2send;
+    int first = oobx__root_first_rank(st->iroot, st->nranks, st->nroots);
+    root_member_t *m = malloc((size_t)n * sizeof(*m));
+    int *group_of = malloc((size_t)n * sizeof(int));      /* local -> index of its group's first entry in m */
+    int *leaders = malloc((size_t)n * sizeof(int));       /* locals of leaders, in rank order */
+    unsigned char *buf = malloc(OOBX_PLACE_MAX(n));
+    if (!m || !group_of || !leaders || !buf) {
+        for (int k = 0; k < st->nrecv; k++)
+            if (st->waiting[k] >= 0) conn_error(st, st->waiting[k], OOBX_ERR_NOMEM, "root %s: out of memory", st->name);
+        free(m), free(group_of), free(leaders), free(buf);
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        m[k].host = oobx__get_u64(st->info[k] + 8);
+        m[k].local = k;
+    }
+    qsort(m, (size_t)n, sizeof(*m), member_cmp);
+    int nleaders = 0;
+    for (int k = 0; k < n;) {
+        int j = k;
+        while (j < n && m[j].host == m[k].host) group_of[m[j++].local] = k;
+        k = j;
+    }
+    for (int k = 0; k < n; k++)
+        if (m[group_of[k]].local == k) leaders[nleaders++] = k; /* in rank order: k goes up */
+    for (int li = 0; li < nleaders; li++) {
+        int lead = leaders[li], g = group_of[lead];
+        int size = 0;
+        while (g + size < n && m[g + size].host == m[g].host) size++;
+        int next_local, prev_rank;
+        if (li + 1 < nleaders) next_local = leaders[li + 1];
+        else next_local = st->nroots > 1 ? st->n2send /* the next block's first rank */ : leaders[0];
+        if (li > 0) prev_rank = first + leaders[li - 1];
+        else prev_rank = st->nroots > 1 ? -1 : first + leaders[nleaders - 1];
+        int next_rank = next_local == st->n2send ? oobx__root_first_rank((st->iroot + 1) % st->nroots, st->nranks,
+                                                                         st->nroots)
+                                                 : first + next_local;
+        for (int k = 0; k < size; k++) {
+            int loc = m[g + k].local;
+            oobx_place_t pl = {.epoch = st->epoch, .host = m[g].host, .local_index = k, .local_size = size,
+                               .leader = first + lead, .next_leader = -1, .prev_leader = -1};
+            size_t len = OOBX_PLACE_BYTES;
+            if (k == 0) {
+                pl.next_leader = next_rank;
+                pl.prev_leader = prev_rank;
+                pl.nmembers = (uint32_t)size;
+                pl.next_len = st->info_len[next_local];
+                for (int q = 0; q < size; q++) oobx__put_u32(buf + len + 4 * (size_t)q, (uint32_t)(first + m[g + q].local));
+                len += 4 * (size_t)size;
+                memcpy(buf + len, st->info[next_local], pl.next_len);
+                len += pl.next_len;
+            }
+            oobx__place_encode(&pl, buf);
+            answer_raw(st, loc, buf, len);
+        }
+    }
+    if (st->nroots > 1) {
+        /* the next block's first rank: its previous leader is this block's last */
+        unsigned char last[4];
+        oobx__put_u32(last, (uint32_t)(first + leaders[nleaders - 1]));
+        answer_raw(st, st->n2send, last, sizeof(last));
+    }
+    OOBX_DEBUG(&st->log, "root %s: %d ranks in %d groups answered", st->name, n, nleaders);
+    free(m), free(group_of), free(leaders), free(buf);
+}
+
 static void take_report(root_state_t *st, int i)
 {
     root_conn_t *c = &st->conns[i];
@@ -312,8 +416,21 @@ static void take_report(root_state_t *st, int i)
                    r->rank, c->peer, theirs ? theirs->name : "?", st->first_reporter, ours ? ours->name : "?");
         return;
     }
+    int node = c->hello_type == OOBX_HELLO_ROOT_NODE || c->hello_type == OOBX_HELLO_ROOT_NODE_EXTRA;
+    if (st->node < 0) st->node = node;
+    if (st->node != node) {
+        conn_error(st, i, OOBX_ERR_MISMATCH,
+                   "rank %d (%s) %s node-aware, rank %d %s: set OOBX_NODE_AWARE the same on every rank", r->rank,
+                   c->peer, node ? "is" : "is not", st->first_reporter, st->node ? "is" : "is not");
+        return;
+    }
+    if (node && (r->blob_len < ROOT_CARD_HDR || oobx__get_u16(c->in + OOBX_REPORT_BYTES) != ROOT_CARD_MAGIC)) {
+        conn_error(st, i, OOBX_ERR_PROTOCOL, "rank %d (%s) reports a node-aware card of %u bytes without its header",
+                   r->rank, c->peer, r->blob_len);
+        return;
+    }
     int local = oobx__root_local_id(r->rank, st->iroot, st->nranks, st->nroots);
-    int extra = c->hello_type == OOBX_HELLO_ROOT_EXTRA;
+    int extra = c->hello_type == OOBX_HELLO_ROOT_EXTRA || c->hello_type == OOBX_HELLO_ROOT_NODE_EXTRA;
     if (local < 0 || local >= st->nrecv || (extra != (local == st->n2send))) {
         conn_error(st, i, OOBX_ERR_MISMATCH,
                    "rank %d (%s) reported to root %d, which serves ranks %d..%d: wrong root for this rank", r->rank,
@@ -335,6 +452,17 @@ static void take_report(root_state_t *st, int i)
     st->info_len[local] = r->blob_len;
     st->nin++;
     OOBX_TRACE(&st->log, "root %s: rank %d checked in (%d/%d)", st->name, r->rank, st->nin, st->nrecv);
+
+    if (st->node) {
+        /* node-aware: every answer waits for the whole block (groups need it) */
+        st->waiting[local] = i;
+        c->state = RC_WAIT;
+        if (st->nin == st->nrecv) {
+            st->t_all = oobx__now_ns();
+            answer_groups(st);
+        }
+        return;
+    }
 
     /* the previous rank may have been waiting for this one */
     int prev = st->nroots > 1 ? local - 1 : (local - 1 + st->nrecv) % st->nrecv;
@@ -391,7 +519,8 @@ static void conn_read(root_state_t *st, int i)
         if (c->state == RC_HELLO) {
             oobx_hello_t h;
             int rc = oobx__hello_decode(c->in, c->have, &h, why, sizeof(why));
-            if (rc == 0 && h.type != OOBX_HELLO_ROOT && h.type != OOBX_HELLO_ROOT_EXTRA) {
+            if (rc == 0 && h.type != OOBX_HELLO_ROOT && h.type != OOBX_HELLO_ROOT_EXTRA && h.type != OOBX_HELLO_ROOT_NODE &&
+                h.type != OOBX_HELLO_ROOT_NODE_EXTRA) {
                 rc = OOBX_ERR_PROTOCOL;
                 snprintf(why, sizeof(why), "connection type %u is not for a root", h.type);
             }
@@ -596,35 +725,33 @@ static void *root_main(void *arg)
     return NULL;
 }
 
-int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
-               char *why, size_t whylen)
+/* Starts the root thread on a listening socket (non-blocking, close-on-exec)
+ * bound to addr; on failure the socket is closed. */
+static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magic, const oobx_settings_t *s,
+                       root_handle_t *out, char *why, size_t whylen)
 {
-    oobx__sock_raise_nofile();
     root_state_t *st = calloc(1, sizeof(*st));
     root_entry_t *e = calloc(1, sizeof(*e));
     if (!st || !e) {
         free(st);
         free(e);
+        close(listen_fd);
         snprintf(why, whylen, "out of memory starting a root");
         return OOBX_ERR_NOMEM;
     }
-    oobx_sockaddr_t addr = *bind_addr;
-    int rc = oobx__sock_listen(&addr, 16384, &st->listen_fd, why, whylen);
-    if (rc != 0) {
-        free(st);
-        free(e);
-        return rc;
-    }
+    st->listen_fd = listen_fd;
     st->magic = magic;
+    st->node = -1;
+    st->epoch = oobx__random64();
     st->deadline = oobx__deadline(s->timeout_ms);
     st->entry = e;
-    oobx__sock_addr_format(&addr, st->name, sizeof(st->name));
+    oobx__sock_addr_format(addr, st->name, sizeof(st->name));
     oobx__log_open(&st->log, s, "root");
     e->magic = magic;
     /* the thread owns st from here */
     pthread_once(&registry_once, registry_init);
     pthread_mutex_lock(&registry_lock);
-    rc = pthread_create(&e->thread, NULL, root_main, st);
+    int rc = pthread_create(&e->thread, NULL, root_main, st);
     if (rc == 0) {
         e->next = registry_head;
         registry_head = e;
@@ -639,8 +766,104 @@ int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oob
         return OOBX_ERR_SYSTEM;
     }
     out->magic = magic;
-    out->addr = addr;
+    out->addr = *addr;
     return OOBX_SUCCESS;
+}
+
+int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
+               char *why, size_t whylen)
+{
+    oobx__sock_raise_nofile();
+    oobx_sockaddr_t addr = *bind_addr;
+    int fd = -1;
+    int rc = oobx__sock_listen(&addr, 16384, &fd, why, whylen);
+    if (rc != 0) return rc;
+    return root_launch(fd, &addr, magic, s, out, why, whylen);
+}
+
+static int same_endpoint(const oobx_sockaddr_t *a, const oobx_sockaddr_t *b)
+{
+    if (a->sa.sa_family != b->sa.sa_family) return 0;
+    if (oobx__sock_addr_port(a) != oobx__sock_addr_port(b)) return 0;
+    if (a->sa.sa_family == AF_INET) return a->sin.sin_addr.s_addr == b->sin.sin_addr.s_addr;
+    if (a->sa.sa_family == AF_INET6) {
+        if (memcmp(&a->sin6.sin6_addr, &b->sin6.sin6_addr, sizeof(a->sin6.sin6_addr)) != 0) return 0;
+        /* a scope id only matters when both sides name one */
+        return !a->sin6.sin6_scope_id || !b->sin6.sin6_scope_id || a->sin6.sin6_scope_id == b->sin6.sin6_scope_id;
+    }
+    return 0;
+}
+
+/* The descriptor adopted by this process, so that a second communicator does
+ * not serve a second root on a socket the first one owns (or has closed). */
+static pthread_mutex_t adopted_lock = PTHREAD_MUTEX_INITIALIZER;
+static int adopted_fd = -1;
+
+int oobx__root_start_fd(int fd, const char *var, const oobx_sockaddr_t *want, uint64_t magic,
+                        const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen)
+{
+    char wname[96], gname[96];
+    oobx__sock_addr_format(want, wname, sizeof(wname));
+    pthread_mutex_lock(&adopted_lock);
+    int taken = adopted_fd == fd;
+    pthread_mutex_unlock(&adopted_lock);
+    if (taken) {
+        snprintf(why, whylen,
+                 "%s=%d was already adopted by an earlier communicator of this process; a launcher hands each "
+                 "root's socket (%s) to one communicator only",
+                 var, fd, wname);
+        return OOBX_ERR_INVALID;
+    }
+    int type = 0, proto = 0, listening = 0;
+    socklen_t l = sizeof(type);
+    if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) != 0) {
+        snprintf(why, whylen, "%s=%d is not a socket (%s); expected a TCP socket listening on %s, the address "
+                 "OOBX_COMM_ID names for this root", var, fd, fd < 0 ? "negative" : strerror(errno), wname);
+        return OOBX_ERR_INVALID;
+    }
+    oobx_sockaddr_t got;
+    memset(&got, 0, sizeof(got));
+    socklen_t gl = sizeof(got);
+    if (getsockname(fd, &got.sa, &gl) != 0) {
+        snprintf(why, whylen, "%s=%d: getsockname: %s; expected a TCP socket listening on %s (OOBX_COMM_ID)", var, fd,
+                 strerror(errno), wname);
+        return OOBX_ERR_INVALID;
+    }
+    oobx__sock_addr_format(&got, gname, sizeof(gname));
+    l = sizeof(proto);
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) != 0) proto = -1;
+    if ((got.sa.sa_family != AF_INET && got.sa.sa_family != AF_INET6) || type != SOCK_STREAM || proto != IPPROTO_TCP) {
+        snprintf(why, whylen, "%s=%d is a socket at %s, but not a TCP one (family %d, type %d); expected a TCP socket "
+                 "listening on %s (OOBX_COMM_ID)", var, fd, gname, got.sa.sa_family, type, wname);
+        return OOBX_ERR_INVALID;
+    }
+    l = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &l) != 0 || !listening) {
+        snprintf(why, whylen, "%s=%d is a TCP socket bound to %s that is not listening; expected one listening on %s "
+                 "(OOBX_COMM_ID)", var, fd, gname, wname);
+        return OOBX_ERR_INVALID;
+    }
+    if (!same_endpoint(&got, want)) {
+        snprintf(why, whylen, "%s=%d listens on %s, but OOBX_COMM_ID names %s for this root", var, fd, gname, wname);
+        return OOBX_ERR_MISMATCH;
+    }
+    pthread_mutex_lock(&adopted_lock);
+    taken = adopted_fd == fd;
+    if (!taken) adopted_fd = fd;
+    pthread_mutex_unlock(&adopted_lock);
+    if (taken) {
+        snprintf(why, whylen, "%s=%d was already adopted by another communicator of this process", var, fd);
+        return OOBX_ERR_INVALID;
+    }
+    oobx__sock_raise_nofile();
+    /* the root polls and accepts until EAGAIN; the launcher may have listened with a small backlog */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+        snprintf(why, whylen, "%s=%d: fcntl: %s", var, fd, strerror(errno));
+        return OOBX_ERR_SYSTEM;
+    }
+    (void)listen(fd, 16384);
+    return root_launch(fd, &got, magic, s, out, why, whylen);
 }
 
 /* ---- the rank's side ---------------------------------------------------------- */
@@ -676,8 +899,9 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     return OOBX_SUCCESS;
 }
 
-/* Reads a reply; status 0 fills out/out_len, an error reply becomes why. */
-static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size_t *out_len, char *why, size_t whylen)
+/* Reads a reply; status 0 fills out (cap bytes) and out_len, an error reply becomes why. */
+static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size_t cap, size_t *out_len, char *why,
+                      size_t whylen)
 {
     char name[96], sub[512];
     oobx__sock_addr_format(&c->roots[iroot].addr, name, sizeof(name));
@@ -695,6 +919,11 @@ static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size
         return rc;
     }
     char text[OOBX_REPLY_TEXT_MAX + 1];
+    if (r.status == 0 && r.len > cap) {
+        snprintf(why, whylen, "rank %d: root %d at %s answered with %u bytes, more than the %zu expected", c->rank,
+                 iroot, name, r.len, cap);
+        return OOBX_ERR_PROTOCOL;
+    }
     void *dst = r.status == 0 ? out : text;
     if (r.len) {
         rc = oobx__sock_recv_all(fd, dst, r.len, c->cancel, sub, sizeof(sub));
@@ -712,7 +941,11 @@ static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size
     return OOBX_SUCCESS;
 }
 
-int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s)
+/* Both kinds of rendezvous: stagger, report to the rank's root (and, for the
+ * first rank of a block with several roots, to the previous root), read the
+ * answers. out/eout: the answers of the own and the previous root. */
+static int exchange(const root_client_t *c, int type, int extra_type, void *out, size_t cap, size_t *len, void *eout,
+                    size_t ecap, size_t *elen, double *delay_s)
 {
     char why[1400];
     int myroot = oobx__root_of_rank(c->rank, c->nranks, c->nroots);
@@ -735,16 +968,17 @@ int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, do
     *delay_s = (oobx__now_ns() - t0) / 1e9;
 
     int fd = -1;
-    int rc = report_to(c, myroot, c->rank, OOBX_HELLO_ROOT, &fd, why, sizeof(why));
+    int rc = report_to(c, myroot, c->rank, type, &fd, why, sizeof(why));
     if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
+    if (elen) *elen = 0;
     if (c->nroots > 1 && local == 0) {
         /* the first rank of a block is also the successor of the previous block's last rank */
         int prev_rank = (c->rank - 1 + c->nranks) % c->nranks;
         int prev_root = oobx__root_of_rank(prev_rank, c->nranks, c->nroots);
         int efd = -1;
-        rc = report_to(c, prev_root, prev_rank + 1, OOBX_HELLO_ROOT_EXTRA, &efd, why, sizeof(why));
+        rc = report_to(c, prev_root, prev_rank + 1, extra_type, &efd, why, sizeof(why));
         if (rc == 0) {
-            rc = read_reply(c, prev_root, efd, NULL, NULL, why, sizeof(why));
+            rc = read_reply(c, prev_root, efd, eout, ecap, elen, why, sizeof(why));
             close(efd);
         }
         if (rc != 0) {
@@ -752,12 +986,45 @@ int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, do
             return oobx__fail(c->log, rc, "%s", why);
         }
     }
-    size_t len = 0;
-    rc = read_reply(c, myroot, fd, next, &len, why, sizeof(why));
+    rc = read_reply(c, myroot, fd, out, cap, len, why, sizeof(why));
     close(fd);
     if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
-    if (len == 0)
-        return oobx__fail(c->log, OOBX_ERR_PROTOCOL, "rank %d: root %d answered with an empty address", c->rank, myroot);
-    *next_len = len;
+    if (*len == 0)
+        return oobx__fail(c->log, OOBX_ERR_PROTOCOL, "rank %d: root %d answered with nothing", c->rank, myroot);
     return OOBX_SUCCESS;
+}
+
+int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s)
+{
+    return exchange(c, OOBX_HELLO_ROOT, OOBX_HELLO_ROOT_EXTRA, next, OOBX_ADDR_MAX, next_len, NULL, 0, NULL, delay_s);
+}
+
+int oobx__root_exchange_node(const root_client_t *c, root_placement_t *out, double *delay_s)
+{
+    memset(out, 0, sizeof(*out));
+    size_t cap = OOBX_PLACE_MAX(c->nranks), len = 0, elen = 0;
+    out->raw = malloc(cap);
+    if (!out->raw) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for its placement", c->rank);
+    unsigned char prev[4];
+    int rc = exchange(c, OOBX_HELLO_ROOT_NODE, OOBX_HELLO_ROOT_NODE_EXTRA, out->raw, cap, &len, prev, sizeof(prev),
+                      &elen, delay_s);
+    char why[300];
+    if (rc == 0) rc = oobx__place_decode(out->raw, len, c->nranks, &out->place, why, sizeof(why));
+    else return rc;
+    if (rc != 0) return oobx__fail(c->log, rc, "rank %d: its root's answer: %s", c->rank, why);
+    if (out->place.local_index == 0) {
+        out->members = out->raw + OOBX_PLACE_BYTES;
+        out->next_card = out->members + 4 * (size_t)out->place.nmembers;
+        if (elen == 4) out->place.prev_leader = (int32_t)oobx__get_u32(prev);
+        if (out->place.prev_leader < 0 || out->place.prev_leader >= c->nranks)
+            return oobx__fail(c->log, OOBX_ERR_PROTOCOL, "rank %d leads its host's ranks but learnt no previous leader",
+                              c->rank);
+    }
+    return OOBX_SUCCESS;
+}
+
+void oobx__root_placement_free(root_placement_t *p)
+{
+    free(p->raw);
+    p->raw = NULL;
 }

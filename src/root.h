@@ -15,6 +15,7 @@
 #include "oobx.h"
 #include "settings.h"
 #include "sock.h"
+#include "wire.h"
 
 /* The block formulas. root must be in [0, nroots); rank in [0, nranks). */
 int oobx__root_first_rank(int root, int nranks, int nroots);
@@ -38,6 +39,15 @@ int oobx__root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char 
 int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
                char *why, size_t whylen);
 
+/* The same on a socket a launcher has already bound and listened on (fd,
+ * named by the environment variable var in messages). It must be a listening
+ * TCP socket bound to want (the address OOBX_COMM_ID names for the root), else
+ * OOBX_ERR_INVALID / OOBX_ERR_MISMATCH with why naming var and both addresses.
+ * The root owns fd from a successful call on (and closes it when it ends); a
+ * process adopts a given fd once. */
+int oobx__root_start_fd(int fd, const char *var, const oobx_sockaddr_t *want, uint64_t magic,
+                        const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen);
+
 /* Joins root threads that have finished. wait_ms > 0 also waits that long for
  * the roots of magic (0: any) to finish. */
 void oobx__root_registry_reap(uint64_t magic, int wait_ms);
@@ -57,5 +67,16 @@ typedef struct root_client {
 /* Reports to the root(s) and waits for the ring successor's address.
  * next: OOBX_ADDR_MAX bytes. delay_s: time spent staggering. */
 int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s);
+
+/* The node-aware rendezvous (blob: the rank's whole card, whose header holds
+ * its host id): the answer places the rank in its host's group. */
+typedef struct root_placement {
+    oobx_place_t place;
+    const unsigned char *members;   /* leaders: place.nmembers u32 ranks */
+    const unsigned char *next_card; /* leaders: place.next_len bytes, the next leader's card */
+    unsigned char *raw;             /* owns the answer */
+} root_placement_t;
+int oobx__root_exchange_node(const root_client_t *c, root_placement_t *out, double *delay_s);
+void oobx__root_placement_free(root_placement_t *p);
 
 #endif

@@ -26,6 +26,9 @@ typedef struct oobx_settings {
     char topo_pci[64];         /* OOBX_TOPO_PCI */
     size_t ring_slot_bytes;    /* OOBX_RING_SLOT_BYTES: registered ring buffer slot */
     int ring_slots;            /* OOBX_RING_SLOTS: slots per ring link */
+    int node_aware;            /* OOBX_NODE_AWARE */
+    char host_id[128];         /* OOBX_HOST_ID */
+    char node_dir[256];        /* OOBX_NODE_DIR */
     char module_dir[512];      /* OOBX_MODULE_DIR: where transport modules are loaded from */
     int log_level;             /* OOBX_LOG_LEVEL */
     char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */

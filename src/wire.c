@@ -72,7 +72,7 @@ int oobx__hello_decode(const unsigned char *in, size_t len, oobx_hello_t *h, cha
         snprintf(why, whylen, "oobx protocol version %u, this library speaks %u", v.version, OOBX_WIRE_VERSION);
         return OOBX_ERR_MISMATCH;
     }
-    if (v.type < OOBX_HELLO_ROOT || v.type > OOBX_HELLO_PEER_ACK) {
+    if (v.type < OOBX_HELLO_ROOT || v.type > OOBX_HELLO_ROOT_NODE_EXTRA) {
         snprintf(why, whylen, "unknown connection type %u", v.type);
         return OOBX_ERR_PROTOCOL;
     }
@@ -142,8 +142,8 @@ int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, cha
         snprintf(why, whylen, "root reply with unknown status %d", v.status);
         return OOBX_ERR_PROTOCOL;
     }
-    if (v.status == 0 && v.len > OOBX_ADDR_MAX) {
-        snprintf(why, whylen, "root reply with an address of %u bytes (at most %d)", v.len, OOBX_ADDR_MAX);
+    if (v.status == 0 && v.len > OOBX_PLACE_MAX(OOBX_NRANKS_MAX)) {
+        snprintf(why, whylen, "root reply of %u bytes (at most %zu)", v.len, OOBX_PLACE_MAX(OOBX_NRANKS_MAX));
         return OOBX_ERR_PROTOCOL;
     }
     if (v.status < 0 && v.len > OOBX_REPLY_TEXT_MAX) {
@@ -151,6 +151,64 @@ int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, cha
         return OOBX_ERR_PROTOCOL;
     }
     *r = v;
+    return OOBX_SUCCESS;
+}
+
+void oobx__place_encode(const oobx_place_t *p, unsigned char out[OOBX_PLACE_BYTES])
+{
+    oobx__put_u64(out, p->epoch);
+    oobx__put_u64(out + 8, p->host);
+    oobx__put_u32(out + 16, (uint32_t)p->local_index);
+    oobx__put_u32(out + 20, (uint32_t)p->local_size);
+    oobx__put_u32(out + 24, (uint32_t)p->leader);
+    oobx__put_u32(out + 28, (uint32_t)p->next_leader);
+    oobx__put_u32(out + 32, (uint32_t)p->prev_leader);
+    oobx__put_u32(out + 36, p->nmembers);
+    oobx__put_u32(out + 40, p->next_len);
+    oobx__put_u32(out + 44, 0);
+}
+
+int oobx__place_decode(const unsigned char *in, size_t len, int nranks, oobx_place_t *p, char *why, size_t whylen)
+{
+    if (len < OOBX_PLACE_BYTES) return short_input("placement", len, OOBX_PLACE_BYTES, why, whylen);
+    oobx_place_t v;
+    v.epoch = oobx__get_u64(in);
+    v.host = oobx__get_u64(in + 8);
+    v.local_index = (int32_t)oobx__get_u32(in + 16);
+    v.local_size = (int32_t)oobx__get_u32(in + 20);
+    v.leader = (int32_t)oobx__get_u32(in + 24);
+    v.next_leader = (int32_t)oobx__get_u32(in + 28);
+    v.prev_leader = (int32_t)oobx__get_u32(in + 32);
+    v.nmembers = oobx__get_u32(in + 36);
+    v.next_len = oobx__get_u32(in + 40);
+    v.reserved = 0;
+    if (v.local_size < 1 || v.local_size > nranks || v.local_index < 0 || v.local_index >= v.local_size ||
+        v.leader < 0 || v.leader >= nranks) {
+        snprintf(why, whylen, "placement: index %d of %d, leader %d, in a job of %d ranks", v.local_index,
+                 v.local_size, v.leader, nranks);
+        return OOBX_ERR_PROTOCOL;
+    }
+    int leader = v.local_index == 0;
+    if (leader ? (v.nmembers != (uint32_t)v.local_size || v.next_leader < 0 || v.next_leader >= nranks ||
+                  v.prev_leader < -1 || v.prev_leader >= nranks || v.next_len == 0 || v.next_len > OOBX_ADDR_MAX)
+               : (v.nmembers != 0 || v.next_len != 0)) {
+        snprintf(why, whylen, "placement of %s: %u members, next leader %d (%u bytes), previous %d",
+                 leader ? "a leader" : "a member", v.nmembers, v.next_leader, v.next_len, v.prev_leader);
+        return OOBX_ERR_PROTOCOL;
+    }
+    if (len != OOBX_PLACE_BYTES + 4 * (size_t)v.nmembers + v.next_len) {
+        snprintf(why, whylen, "placement of %zu bytes for %u members and a %u-byte card", len, v.nmembers, v.next_len);
+        return OOBX_ERR_PROTOCOL;
+    }
+    for (uint32_t k = 0; k < v.nmembers; k++) {
+        uint32_t m = oobx__get_u32(in + OOBX_PLACE_BYTES + 4 * k);
+        if (m >= (uint32_t)nranks || (k > 0 && m <= oobx__get_u32(in + OOBX_PLACE_BYTES + 4 * (k - 1))) ||
+            (k == 0 && (int32_t)m != v.leader)) {
+            snprintf(why, whylen, "placement: member %u is rank %u (members go up from the leader %d)", k, m, v.leader);
+            return OOBX_ERR_PROTOCOL;
+        }
+    }
+    *p = v;
     return OOBX_SUCCESS;
 }
 

@@ -11,13 +11,18 @@
 #include "transport.h"
 
 #define OOBX_WIRE_MAGIC 0x5842304fu /* "O0BX" read as little-endian bytes 4f 30 42 58 */
-#define OOBX_WIRE_VERSION 1
+#define OOBX_NRANKS_MAX (1 << 22) /* the most ranks a job may have on the wire */
+#define OOBX_WIRE_VERSION 2 /* 2: node-aware root reports (HELLO_ROOT_NODE*) and placements */
 
 enum {
     OOBX_HELLO_ROOT = 1,       /* rank -> root: a report follows */
     OOBX_HELLO_ROOT_EXTRA = 2, /* first rank of a block -> previous root: a report follows */
     OOBX_HELLO_PEER = 3,       /* socket transport connection, connector side */
     OOBX_HELLO_PEER_ACK = 4,   /* socket transport connection, acceptor's answer */
+    OOBX_HELLO_ROOT_NODE = 5,  /* rank -> root, node-aware: a report (blob: the rank's card) follows; the
+                                  answer is a placement, sent once the root's whole block has reported */
+    OOBX_HELLO_ROOT_NODE_EXTRA = 6, /* first rank of a block -> previous root, node-aware: the answer names
+                                       the previous root's last group leader */
 };
 
 
@@ -50,6 +55,28 @@ typedef struct oobx_reply {
 } oobx_reply_t;
 #define OOBX_REPLY_TEXT_MAX 1024
 
+/* Node-aware answer of a root to a rank (OOBX_HELLO_ROOT_NODE): where the
+ * rank stands among the ranks of its host (its group: the ranks of the root's
+ * block whose cards carry the same host id). Leaders (the lowest rank of each
+ * group) also get the group's members and their ring neighbours among the
+ * leaders; the next leader's card follows the members. */
+#define OOBX_PLACE_BYTES 48
+typedef struct oobx_place {
+    uint64_t epoch;       /* random per root run: names the group's shared segment */
+    uint64_t host;        /* the group's host id */
+    int32_t local_index;  /* in the group, by rank */
+    int32_t local_size;
+    int32_t leader;       /* the group's leader (lowest rank) */
+    int32_t next_leader;  /* leaders: the next group's leader (itself when it is the only group); else -1 */
+    int32_t prev_leader;  /* leaders: the previous group's leader, -1 when another root knows it (the
+                             first group of a block, with several roots) */
+    uint32_t nmembers;    /* leaders: local_size member ranks (u32) follow; others 0 */
+    uint32_t next_len;    /* leaders: bytes of the next leader's card after the members */
+    uint32_t reserved;
+} oobx_place_t;
+/* the largest answer a root sends: the placement, the members, a card */
+#define OOBX_PLACE_MAX(nranks) (OOBX_PLACE_BYTES + 4 * (size_t)(nranks) + OOBX_ADDR_MAX)
+
 #define OOBX_MSGHDR_BYTES 32
 #define OOBX_MSGHDR_CHECK 0x0b0bu
 #define OOBX_MSG_MAX_LEN (1ull << 44) /* 16 TiB: anything above is garbage */
@@ -63,6 +90,11 @@ int oobx__report_decode(const unsigned char *in, size_t len, oobx_report_t *r, c
 
 void oobx__reply_encode(const oobx_reply_t *r, unsigned char out[OOBX_REPLY_BYTES]);
 int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, char *why, size_t whylen);
+
+void oobx__place_encode(const oobx_place_t *p, unsigned char out[OOBX_PLACE_BYTES]);
+/* Checks a placement of len bytes (members and card included) for a job of
+ * nranks: 0, or OOBX_ERR_PROTOCOL with why. */
+int oobx__place_decode(const unsigned char *in, size_t len, int nranks, oobx_place_t *p, char *why, size_t whylen);
 
 void oobx__msghdr_encode(const oobx_msg_hdr_t *h, unsigned char out[OOBX_MSGHDR_BYTES]);
 int oobx__msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, char *why, size_t whylen);

@@ -1,0 +1,381 @@
+/* The shared card table of the ranks of one host (node.h). */
+#include "node.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "oobx.h"
+#include "util.h"
+
+#define NODE_MAGIC 0x45444f4e58424f4full /* "OOBXNODE" */
+#define NODE_VERSION 1
+#define NODE_HDR_BYTES 4096
+#define NODE_SLICE_MS 100 /* waits wake at least this often to look at pids, aborts and the deadline */
+#define NODE_ERROR_MAX 1024
+
+/* At offset 0 of the segment. The words that change are accessed with
+ * atomics; the rest is written once by the creator before anyone sees it. */
+typedef struct node_hdr {
+    uint64_t magic, job, epoch, host;
+    uint32_t version, nranks, local_size, card_cap;
+    int32_t leader;
+    uint32_t opened; /* members that mapped it */
+    uint32_t ready;  /* futex: members whose cards are in */
+    int32_t state;   /* futex: 0 running, 1 complete, < 0 the leader's failure */
+    uint32_t ncards; /* cards in the table */
+    uint32_t pad;
+    char error[NODE_ERROR_MAX];
+} node_hdr_t;
+
+typedef struct node_member {
+    int32_t rank;
+    uint32_t pid; /* 0 until the member mapped the segment */
+} node_member_t;
+
+typedef struct node_slot {
+    uint32_t len; /* 0: not in yet */
+    uint32_t pad;
+    unsigned char card[];
+} node_slot_t;
+
+struct oobx__node {
+    oobx__node_params_t p;
+    unsigned char *base;
+    size_t size;
+    size_t slot_bytes;
+    int named;         /* a file in p.dir (else private memory: a group of one) */
+    char path[512];
+};
+
+static node_hdr_t *hdr(const oobx__node_t *n)
+{
+    return (node_hdr_t *)n->base;
+}
+
+static node_member_t *member(const oobx__node_t *n, int k)
+{
+    return (node_member_t *)(n->base + NODE_HDR_BYTES) + k;
+}
+
+static size_t members_bytes(int local_size)
+{
+    return ((size_t)local_size * sizeof(node_member_t) + 63) & ~(size_t)63;
+}
+
+static node_slot_t *slot(const oobx__node_t *n, int rank)
+{
+    return (node_slot_t *)(n->base + NODE_HDR_BYTES + members_bytes(n->p.local_size) + (size_t)rank * n->slot_bytes);
+}
+
+static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, word, op, val, ts, NULL, 0);
+}
+
+static void wake_all(uint32_t *word)
+{
+    futex(word, FUTEX_WAKE, INT32_MAX, NULL);
+}
+
+/* Sleeps while *word == seen, for one slice at most (less near the deadline). */
+static void wait_slice(const oobx__node_t *n, uint32_t *word, uint32_t seen)
+{
+    int ms = oobx__ms_left(n->p.cancel ? n->p.cancel->deadline_ns : UINT64_MAX, NODE_SLICE_MS);
+    if (ms < 0 || ms > NODE_SLICE_MS) ms = NODE_SLICE_MS;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    futex(word, FUTEX_WAIT, seen, &ts);
+}
+
+static int pid_dead(uint32_t pid)
+{
+    return pid && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static void fill_header(oobx__node_t *n)
+{
+    node_hdr_t *h = hdr(n);
+    h->magic = NODE_MAGIC;
+    h->job = n->p.job;
+    h->epoch = n->p.epoch;
+    h->host = n->p.host;
+    h->version = NODE_VERSION;
+    h->nranks = (uint32_t)n->p.nranks;
+    h->local_size = (uint32_t)n->p.local_size;
+    h->card_cap = (uint32_t)n->p.card_cap;
+    h->leader = n->p.leader;
+}
+
+/* Checks that the mapped header is this group's: an error naming what differs. */
+static int check_header(const oobx__node_t *n)
+{
+    const node_hdr_t *h = hdr(n);
+    const char *what = NULL;
+    if (h->magic != NODE_MAGIC || h->version != NODE_VERSION) what = "it is not an oobx host segment of this version";
+    else if (h->job != n->p.job || h->epoch != n->p.epoch) what = "it belongs to another job or an earlier run";
+    else if (h->host != n->p.host || h->leader != n->p.leader || h->nranks != (uint32_t)n->p.nranks ||
+             h->local_size != (uint32_t)n->p.local_size || h->card_cap != (uint32_t)n->p.card_cap)
+        what = "its group (host, leader, sizes) is not this rank's";
+    if (!what) return 0;
+    return oobx__fail(n->p.log, OOBX_ERR_PROTOCOL,
+                      "rank %d: host segment %s: %s (magic %016" PRIx64 ", job %016" PRIx64 "); not used", n->p.rank,
+                      n->path, what, h->magic, h->job);
+}
+
+/* The creator's path: a private file, filled, then linked under the group's name. */
+static int try_create(oobx__node_t *n, int *created)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s/.oobx-%u-%d.tmp", n->p.dir, (unsigned)geteuid(), (int)getpid());
+    unlink(tmp);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return oobx__fail(n->p.log, OOBX_ERR_SYSTEM, "rank %d: cannot create a host segment in %s: %s", n->p.rank,
+                          n->p.dir, strerror(errno));
+    int rc = 0;
+    if (ftruncate(fd, (off_t)n->size) != 0) {
+        rc = oobx__fail(n->p.log, OOBX_ERR_SYSTEM, "rank %d: host segment of %zu bytes in %s: %s", n->p.rank, n->size,
+                        n->p.dir, strerror(errno));
+    } else {
+        void *m = mmap(NULL, n->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            rc = oobx__fail(n->p.log, OOBX_ERR_SYSTEM, "rank %d: mmap of a host segment: %s", n->p.rank,
+                            strerror(errno));
+        } else {
+            n->base = m;
+            fill_header(n);
+            if (link(tmp, n->path) == 0) {
+                *created = 1;
+            } else {
+                int e = errno;
+                munmap(n->base, n->size);
+                n->base = NULL;
+                if (e != EEXIST)
+                    rc = oobx__fail(n->p.log, OOBX_ERR_SYSTEM, "rank %d: cannot name the host segment %s: %s",
+                                    n->p.rank, n->path, strerror(e));
+            }
+        }
+    }
+    close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+/* Another member made it: open and check what is there. */
+static int open_existing(oobx__node_t *n)
+{
+    int fd = open(n->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return oobx__fail(n->p.log, errno == ELOOP ? OOBX_ERR_PROTOCOL : OOBX_ERR_SYSTEM,
+                          "rank %d: cannot open the host segment %s: %s%s", n->p.rank, n->path, strerror(errno),
+                          errno == ELOOP ? " (a symbolic link: not used)" : "");
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = oobx__fail(n->p.log, OOBX_ERR_SYSTEM, "rank %d: fstat %s: %s", n->p.rank, n->path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        rc = oobx__fail(n->p.log, OOBX_ERR_PROTOCOL,
+                        "rank %d: host segment %s is owned by uid %u with mode %03o, not by this job's user %u with "
+                        "mode 600: someone else's file; not used",
+                        n->p.rank, n->path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+    } else if ((size_t)st.st_size != n->size) {
+        rc = oobx__fail(n->p.log, OOBX_ERR_PROTOCOL, "rank %d: host segment %s has %lld bytes, this group needs %zu; not used",
+                        n->p.rank, n->path, (long long)st.st_size, n->size);
+    } else {
+        void *m = mmap(NULL, n->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            rc = oobx__fail(n->p.log, OOBX_ERR_SYSTEM, "rank %d: mmap %s: %s", n->p.rank, n->path, strerror(errno));
+        } else {
+            n->base = m;
+            rc = check_header(n);
+            if (rc != 0) {
+                munmap(n->base, n->size);
+                n->base = NULL;
+            }
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, oobx__node_t **out)
+{
+    if (len == 0 || len > p->card_cap)
+        return oobx__fail(p->log, OOBX_ERR_INVALID, "rank %d: a card of %zu bytes (1..%zu)", p->rank, len, p->card_cap);
+    oobx__node_t *n = calloc(1, sizeof(*n));
+    if (!n) return oobx__fail(p->log, OOBX_ERR_NOMEM, "rank %d: out of memory", p->rank);
+    n->p = *p;
+    n->slot_bytes = (sizeof(node_slot_t) + p->card_cap + 7) & ~(size_t)7;
+    n->size = NODE_HDR_BYTES + members_bytes(p->local_size) + (size_t)p->nranks * n->slot_bytes;
+    int rc = 0;
+    if (p->local_size == 1) {
+        /* alone on its host: the table is private */
+        snprintf(n->path, sizeof(n->path), "(private)");
+        void *m = mmap(NULL, n->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) rc = oobx__fail(p->log, OOBX_ERR_NOMEM, "rank %d: %zu bytes for the card table: %s",
+                                             p->rank, n->size, strerror(errno));
+        else {
+            n->base = m;
+            fill_header(n);
+        }
+    } else {
+        n->named = 1;
+        snprintf(n->path, sizeof(n->path), "%s/oobx-%u-%016" PRIx64 "-%d", p->dir, (unsigned)geteuid(), p->epoch,
+                 p->leader);
+        int created = 0;
+        rc = try_create(n, &created);
+        if (rc == 0 && !created) rc = open_existing(n);
+    }
+    if (rc != 0) {
+        free(n);
+        return rc;
+    }
+    node_member_t *me = member(n, p->local_index);
+    __atomic_store_n(&me->rank, p->rank, __ATOMIC_RELAXED);
+    __atomic_store_n(&me->pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+    /* once every member has it mapped, the name is not needed any more */
+    if (__atomic_add_fetch(&hdr(n)->opened, 1, __ATOMIC_ACQ_REL) == (uint32_t)p->local_size && n->named)
+        unlink(n->path);
+    rc = oobx__node_put(n, p->rank, card, len);
+    if (rc != 0) {
+        oobx__node_leave(n);
+        return rc;
+    }
+    __atomic_add_fetch(&hdr(n)->ready, 1, __ATOMIC_RELEASE);
+    wake_all(&hdr(n)->ready);
+    *out = n;
+    return 0;
+}
+
+int oobx__node_put(oobx__node_t *n, int rank, const void *card, size_t len)
+{
+    if (rank < 0 || rank >= n->p.nranks || len == 0 || len > n->p.card_cap)
+        return oobx__fail(n->p.log, OOBX_ERR_PROTOCOL, "rank %d: a card of %zu bytes for rank %d (job of %d, at most %zu bytes)",
+                          n->p.rank, len, rank, n->p.nranks, n->p.card_cap);
+    node_slot_t *s = slot(n, rank);
+    if (__atomic_load_n(&s->len, __ATOMIC_ACQUIRE) != 0)
+        return oobx__fail(n->p.log, OOBX_ERR_PROTOCOL, "rank %d: the card of rank %d came twice", n->p.rank, rank);
+    memcpy(s->card, card, len);
+    __atomic_store_n(&s->len, (uint32_t)len, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&hdr(n)->ncards, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+const unsigned char *oobx__node_card(const oobx__node_t *n, int rank, size_t *len)
+{
+    if (rank < 0 || rank >= n->p.nranks) return NULL;
+    const node_slot_t *s = slot(n, rank);
+    uint32_t l = __atomic_load_n(&s->len, __ATOMIC_ACQUIRE);
+    if (l == 0 || l > n->p.card_cap) return NULL;
+    *len = l;
+    return s->card;
+}
+
+int oobx__node_count(const oobx__node_t *n)
+{
+    return (int)__atomic_load_n(&hdr(n)->ncards, __ATOMIC_ACQUIRE);
+}
+
+/* 0, or the status of an abort or the deadline (the caller says what it waited for). */
+static int cancelled(const oobx__node_t *n)
+{
+    const oobx_cancel_t *c = n->p.cancel;
+    if (!c) return 0;
+    int rc = oobx__sock_cancelled(c);
+    if (rc) return rc;
+    if (c->deadline_ns != UINT64_MAX && oobx__now_ns() >= c->deadline_ns) return OOBX_ERR_TIMEOUT;
+    return 0;
+}
+
+int oobx__node_wait_members(oobx__node_t *n, const int *members)
+{
+    node_hdr_t *h = hdr(n);
+    for (;;) {
+        uint32_t r = __atomic_load_n(&h->ready, __ATOMIC_ACQUIRE);
+        if (r >= (uint32_t)n->p.local_size) return 0;
+        for (int k = 0; k < n->p.local_size; k++) {
+            node_member_t *m = member(n, k);
+            uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
+            size_t l;
+            if (!oobx__node_card(n, members[k], &l) && pid_dead(pid))
+                return oobx__fail(n->p.log, OOBX_ERR_REMOTE,
+                                  "rank %d (pid %u) on this host died before its card was in (rank %d leads the host's "
+                                  "%d ranks)",
+                                  members[k], pid, n->p.rank, n->p.local_size);
+        }
+        int rc = cancelled(n);
+        if (rc) {
+            char missing[400] = "";
+            int nmiss = 0;
+            for (int k = 0; k < n->p.local_size; k++) {
+                size_t l;
+                if (oobx__node_card(n, members[k], &l)) continue;
+                if (nmiss++ < 16) oobx__appendf(missing, sizeof(missing), "%s%d", missing[0] ? ", " : "", members[k]);
+            }
+            return oobx__fail(n->p.log, rc,
+                              "rank %d, leader of this host's %d ranks: %s while %d of them had not written their card "
+                              "(ranks %s%s)",
+                              n->p.rank, n->p.local_size, rc == OOBX_ERR_TIMEOUT ? "timed out" : "aborted", nmiss,
+                              missing, nmiss > 16 ? ", ..." : "");
+        }
+        wait_slice(n, &h->ready, r);
+    }
+}
+
+void oobx__node_finish(oobx__node_t *n, int status, const char *text)
+{
+    node_hdr_t *h = hdr(n);
+    if (status != 0) snprintf(h->error, sizeof(h->error), "%s", text ? text : oobx_strerror(status));
+    __atomic_store_n(&h->state, status ? status : 1, __ATOMIC_RELEASE);
+    wake_all((uint32_t *)&h->state);
+    if (n->named) unlink(n->path); /* gone already when every member mapped it */
+}
+
+int oobx__node_wait_finish(oobx__node_t *n)
+{
+    node_hdr_t *h = hdr(n);
+    for (;;) {
+        int32_t st = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+        if (st == 1) return 0;
+        if (st < 0) {
+            char text[NODE_ERROR_MAX];
+            snprintf(text, sizeof(text), "%s", h->error);
+            return oobx__fail(n->p.log, st, "rank %d: rank %d, the leader of this host's ranks, failed: %s", n->p.rank,
+                              n->p.leader, text);
+        }
+        uint32_t lpid = __atomic_load_n(&member(n, 0)->pid, __ATOMIC_ACQUIRE);
+        if (pid_dead(lpid))
+            return oobx__fail(n->p.log, OOBX_ERR_REMOTE,
+                              "rank %d: rank %d (pid %u), the leader of this host's %d ranks, died during the exchange",
+                              n->p.rank, n->p.leader, lpid, n->p.local_size);
+        int rc = cancelled(n);
+        if (rc)
+            return oobx__fail(n->p.log, rc, "rank %d: %s waiting for rank %d, the leader of this host's %d ranks (%d of "
+                                            "%d cards in)",
+                              n->p.rank, rc == OOBX_ERR_TIMEOUT ? "timed out" : "aborted", n->p.leader,
+                              n->p.local_size, oobx__node_count(n), n->p.nranks);
+        wait_slice(n, (uint32_t *)&h->state, 0);
+    }
+}
+
+void oobx__node_leave(oobx__node_t *n)
+{
+    if (!n) return;
+    if (n->base) munmap(n->base, n->size);
+    free(n);
+}
+
+const char *oobx__node_path(const oobx__node_t *n)
+{
+    return n->path;
+}

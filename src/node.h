@@ -1,0 +1,68 @@
+/*
+ * The ranks of one host: a shared table of the job's cards, one per group
+ * (the ranks of a root's block on one host), in a file of /dev/shm that
+ * only the job's user can open.
+ *
+ * Every member maps the group's segment, writes its card into its slot and
+ * says so; the leader (the group's lowest rank) waits for all of them, trades
+ * the group's cards with the other leaders, writes theirs into the table and
+ * marks it complete; the members wait for that and read every card from the
+ * table. Waiting is a futex on the shared words, in slices, so that a dead
+ * member or leader is seen (its pid) and the deadline and aborts hold.
+ */
+#ifndef OOBX_NODE_H
+#define OOBX_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "sock.h"
+
+typedef struct oobx__node oobx__node_t;
+
+typedef struct oobx__node_params {
+    uint64_t job;        /* the communicator magic */
+    uint64_t epoch;      /* from the root: this run */
+    uint64_t host;       /* the group's host id */
+    int rank, nranks;
+    int local_index, local_size;
+    int leader;          /* global rank */
+    size_t card_cap;     /* bytes per card slot */
+    const char *dir;     /* where segments live ("/dev/shm") */
+    const oobx_log_t *log;
+    const oobx_cancel_t *cancel; /* deadline and aborts */
+} oobx__node_params_t;
+
+/* Maps (creating it if this rank is first) the group's segment, checks that it
+ * belongs to this job and this user, writes this rank's card and pid, and says
+ * it is ready. OOBX_ERR_* with the message recorded on failure. */
+int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, oobx__node_t **out);
+
+/* Leader: waits until every member is ready. members: the group's ranks. */
+int oobx__node_wait_members(oobx__node_t *n, const int *members);
+
+/* Writes rank's card into the table (leader: the cards of other groups). */
+int oobx__node_put(oobx__node_t *n, int rank, const void *card, size_t len);
+
+/* The card of rank, or NULL while it is not in the table. */
+const unsigned char *oobx__node_card(const oobx__node_t *n, int rank, size_t *len);
+
+/* Cards in the table. */
+int oobx__node_count(const oobx__node_t *n);
+
+/* Leader: the table is complete (status 0), or the exchange failed (status
+ * < 0, text says why): wakes the members. */
+void oobx__node_finish(oobx__node_t *n, int status, const char *text);
+
+/* Member: waits until the leader finishes; its failure becomes this rank's. */
+int oobx__node_wait_finish(oobx__node_t *n);
+
+/* Unmaps; the last rank to leave... the name is already gone (removed once
+ * every member has mapped it). NULL is accepted. */
+void oobx__node_leave(oobx__node_t *n);
+
+/* The path of the segment (for messages and tests). */
+const char *oobx__node_path(const oobx__node_t *n);
+
+#endif
