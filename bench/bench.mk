@@ -33,6 +33,12 @@ $(BINDIR)/oobx-bench: $(OBJDIR)/bench/oobx_bench.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(BENCH_CXX) -o $@ $< $(BENCH_GB_LIBS) $(PROG_LDFLAGS)
 
+# the start-up benchmark needs nothing but the library: built with `all`, used by the scale tests too
+$(BINDIR)/oobx-boot: $(OBJDIR)/bench/oobx_boot.o $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(PROG_LDFLAGS)
+ALL_TARGETS += $(BINDIR)/oobx-boot
+
 $(BINDIR)/oobx-init-time: $(OBJDIR)/bench/oobx_init_time.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(PROG_LDFLAGS)

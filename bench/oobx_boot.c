@@ -1,0 +1,149 @@
+/*
+ * oobx-boot: the start-up benchmark. Every rank waits for a common instant
+ * (OOBX_BOOT_AT, seconds of CLOCK_REALTIME; unset: no wait), then runs
+ * oobx_comm_init_from_env and one allgather of a 128-byte card per rank,
+ * checked byte for byte. Bootstrap = the slowest rank's end minus the common
+ * instant. Afterwards (untimed) the ranks gather their phase timings, open
+ * fds and resident memory, and rank 0 prints one JSON line:
+ *
+ *   OOBX_BOOT_RESULT {"ranks": N, "roots": R, "hosts": H, "boot_s": ..., "late_starts": ...,
+ *                     "<phase>_max_s": ..., "<phase>_mean_s": ..., "fds_max": ..., "rss_max_mib": ...}
+ *
+ *   OOBX_BOOT_AT=$(date +%s.%N -d '+5 sec') oobx-run -n 4096 -r 16 -- oobx-boot [--label=NAME]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "oobx.h"
+#include "oobx_debug.h"
+
+#define CARD 128
+
+enum { F_START, F_END, F_TOTAL, F_CREATE, F_DELAY, F_ROOT, F_LOCAL, F_EXCHANGE, F_CARDS, F_FDS, F_RSS, F_COUNT };
+static const char *const names[F_COUNT] = {"start", "end",      "total", "create", "delay", "root",
+                                           "local", "exchange", "cards", "fds",    "rss"};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double rss_mib(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+static void card_of(int r, unsigned char *c)
+{
+    for (int i = 0; i < CARD; i++) c[i] = (unsigned char)(r * 131 + i * 7 + (r >> 8));
+}
+
+int main(int argc, char **argv)
+{
+    const char *label = "";
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--label=", 8)) label = argv[i] + 8;
+        else if (!strcmp(argv[i], "--help")) {
+            printf("usage: OOBX_BOOT_AT=<epoch s> oobx-run -n N [-r R] -- oobx-boot [--label=NAME]\n");
+            return 0;
+        } else {
+            fprintf(stderr, "oobx-boot: unknown option '%s'\n", argv[i]);
+            return 1;
+        }
+    }
+    const char *at = getenv("OOBX_BOOT_AT");
+    double t0 = at ? atof(at) : now_s(), start = now_s();
+    int late = start > t0;
+    while (!late && now_s() < t0) {
+        double left = t0 - now_s();
+        struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    double begin = late ? start : t0;
+
+    oobx_comm_t comm;
+    int rc = oobx_comm_init_from_env(&comm, NULL);
+    if (rc) {
+        fprintf(stderr, "oobx-boot: init: %s: %s\n", oobx_error_name(rc), oobx_last_error());
+        return 2;
+    }
+    int rank, n;
+    oobx_comm_rank(comm, &rank);
+    oobx_comm_size(comm, &n);
+    unsigned char *cards = malloc((size_t)n * CARD);
+    if (!cards) return 2;
+    card_of(rank, cards + (size_t)rank * CARD);
+    rc = oobx_allgather(comm, cards, CARD);
+    double end = now_s();
+    if (rc) {
+        fprintf(stderr, "oobx-boot: rank %d: allgather: %s\n", rank, oobx_last_error());
+        return 2;
+    }
+    int bad = -1;
+    for (int r = 0; r < n && bad < 0; r++) {
+        unsigned char want[CARD];
+        card_of(r, want);
+        if (memcmp(want, cards + (size_t)r * CARD, CARD)) bad = r;
+    }
+    if (bad >= 0) {
+        fprintf(stderr, "oobx-boot: rank %d: the card of rank %d is wrong\n", rank, bad);
+        return 3;
+    }
+    free(cards);
+
+    oobx_init_timings_t t = OOBX_INIT_TIMINGS_INIT;
+    oobx_comm_get_init_timings(comm, &t);
+    double *all = calloc((size_t)n * F_COUNT, sizeof(double));
+    double *mine = all + (size_t)rank * F_COUNT;
+    mine[F_START] = begin - t0; /* > 0: started late */
+    mine[F_END] = end - t0;
+    mine[F_TOTAL] = t.total;
+    mine[F_CREATE] = t.create;
+    mine[F_DELAY] = t.delay;
+    mine[F_ROOT] = t.root;
+    mine[F_LOCAL] = t.local;
+    mine[F_EXCHANGE] = t.allgather - t.local;
+    mine[F_CARDS] = end - begin - t.total;
+    mine[F_FDS] = oobx_debug_count_fds();
+    mine[F_RSS] = rss_mib();
+    rc = oobx_allgather(comm, all, F_COUNT * sizeof(double));
+    if (rc == 0 && rank == 0) {
+        double mx[F_COUNT], sum[F_COUNT];
+        int lates = 0;
+        for (int f = 0; f < F_COUNT; f++) mx[f] = -1e300, sum[f] = 0;
+        for (int r = 0; r < n; r++)
+            for (int f = 0; f < F_COUNT; f++) {
+                double v = all[(size_t)r * F_COUNT + f];
+                if (v > mx[f]) mx[f] = v;
+                sum[f] += v;
+                if (f == F_START && v > 0) lates++;
+            }
+        const char *roots = getenv("OOBX_COMM_ID");
+        int nroots = 1;
+        for (const char *p = roots ? roots : ""; *p; p++) nroots += *p == ',';
+        printf("OOBX_BOOT_RESULT {\"label\": \"%s\", \"transport\": \"%s\", \"ranks\": %d, \"roots\": %d, "
+               "\"hosts\": %d, \"ranks_per_host_rank0\": %d, \"boot_s\": %.6f, \"late_starts\": %d, "
+               "\"late_max_s\": %.6f",
+               label, oobx_comm_transport(comm), n, nroots, t.hosts, t.local_ranks, mx[F_END], lates,
+               mx[F_START] > 0 ? mx[F_START] : 0.0);
+        for (int f = F_TOTAL; f < F_FDS; f++)
+            printf(", \"%s_max_s\": %.6f, \"%s_mean_s\": %.6f", names[f], mx[f], names[f], sum[f] / n);
+        printf(", \"fds_max\": %d, \"fds_mean\": %.1f, \"rss_max_mib\": %.2f, \"rss_mean_mib\": %.2f}\n", (int)mx[F_FDS],
+               sum[F_FDS] / n, mx[F_RSS], sum[F_RSS] / n);
+        fflush(stdout);
+    }
+    free(all);
+    oobx_comm_destroy(comm);
+    return rc ? 2 : 0;
+}
