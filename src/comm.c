@@ -44,6 +44,8 @@ static struct oobx_comm *comm_alloc(const oobx_settings_t *s)
 static void comm_free(struct oobx_comm *c)
 {
     if (!c) return;
+    oobx__node_leave(c->node.seg);
+    free(c->node.members);
     free(c->ep_rank);
     free(c->gseq);
     oobx__log_close(&c->log);
@@ -280,10 +282,154 @@ static int recv_done(void *arg)
     return ((oobx_rreq_t *)arg)->done;
 }
 
-/* A leader's part: its group's cards to the next leader, every other group's
- * from the previous one (forwarded on unless the next leader made them),
- * until the table holds every card. Messages: u32 origin leader, u32 count,
- * then count x (u32 rank, u32 length, the card). Endpoint lock held. */
+/* What a leader ring carries: each leader's block goes round once. */
+typedef struct leader_ring {
+    int next, prev;        /* leaders */
+    uint64_t tag;
+    unsigned char *own;    /* this host's block (malloc'ed; leader_ring_run frees it) */
+    size_t own_len;
+    size_t in_cap;         /* room for every other host's blocks */
+    const char *what;      /* "cards", "allgather slices": for messages */
+    /* checks and stores a block from prev; sets its origin leader */
+    int (*unpack)(void *arg, const unsigned char *m, size_t len, int *origin);
+    int (*complete)(void *arg); /* every other host's block is in */
+    void *arg;
+} leader_ring_t;
+
+/* A leader's part of a ring among the hosts' leaders: its host's block to
+ * the next leader, every other host's from the previous one (passed on
+ * unless the next leader made it), until complete. Endpoint lock held. */
+static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
+{
+    int rank = c->v.rank;
+    int nsend_max = c->v.nranks + 2, ns = 0, rc = 0, adopted = 0;
+    unsigned char *in = malloc(lr->in_cap);
+    oobx_sreq_t *sreqs = calloc((size_t)nsend_max, sizeof(*sreqs));
+    oobx_sreq_t **pending = calloc((size_t)nsend_max + 1, sizeof(*pending));
+    oobx_rreq_t *r = calloc(1, sizeof(*r));
+    if (!in || !sreqs || !pending || !r) {
+        free(in), free(sreqs), free(pending), free(r), free(lr->own);
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for the leaders' exchange", rank);
+    }
+    uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
+    char who[160];
+    rc = oobx__ep_isend(&c->v, lr->next, OOBX_MSG_COLL, lr->tag, lr->own, lr->own_len, &sreqs[ns]);
+    if (rc == 0) pending[ns] = &sreqs[ns], ns++;
+    size_t used = 0;
+    while (rc == 0 && !lr->complete(lr->arg)) {
+        rc = oobx__ep_irecv(&c->v, lr->prev, OOBX_MSG_COLL, lr->tag, in + used, lr->in_cap - used, r);
+        if (rc != 0) break;
+        if (!r->done) rc = oobx__ep_wait(&c->v, recv_done, r, deadline);
+        if (rc != 0) {
+            oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: waiting for the other hosts' %s "
+                                                "from the previous leader, %s",
+                                     rank, lr->what, who);
+            if (oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, lr->tag, r)) adopted = 1;
+            break;
+        }
+        if (r->status) {
+            oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
+            const char *why = oobx__ep_failed_what(c->v.ep, lr->prev);
+            rc = oobx__fail(&c->log, r->status, "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
+                            rank, who, why ? why : oobx_strerror(r->status),
+                            r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
+            break;
+        }
+        int origin = -1;
+        rc = lr->unpack(lr->arg, in + used, r->received, &origin);
+        if (rc != 0) break;
+        if (origin != lr->next && ns < nsend_max) {
+            rc = oobx__ep_isend(&c->v, lr->next, OOBX_MSG_COLL, lr->tag, in + used, r->received, &sreqs[ns]);
+            if (rc == 0) pending[ns] = &sreqs[ns], ns++;
+        }
+        used += r->received;
+    }
+    if (rc == 0 && !pair_sent(pending)) {
+        rc = oobx__ep_wait(&c->v, pair_sent, pending, deadline);
+        if (rc != 0) {
+            oobx__ep_peer_name(&c->v, lr->next, who, sizeof(who));
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: sending %s to the next leader, %s",
+                                     rank, lr->what, who);
+        }
+    }
+    for (int i = 0; rc == 0 && i < ns; i++)
+        if (sreqs[i].tp.status) {
+            oobx__ep_peer_name(&c->v, lr->next, who, sizeof(who));
+            const char *why = oobx__ep_failed_what(c->v.ep, lr->next);
+            rc = oobx__fail(&c->log, sreqs[i].tp.status, "rank %d, leader of its host's ranks: the next leader, %s: %s",
+                            rank, who, why ? why : oobx_strerror(sreqs[i].tp.status));
+        }
+    if (adopted || !pair_sent(pending)) {
+        /* a transport may still touch them */
+        oobx__ep_adopt(c->v.ep, in);
+        oobx__ep_adopt(c->v.ep, sreqs);
+        oobx__ep_adopt(c->v.ep, r);
+        oobx__ep_adopt(c->v.ep, lr->own);
+    } else {
+        free(in), free(sreqs), free(r), free(lr->own);
+    }
+    free(pending);
+    return rc;
+}
+
+/* ---- the card trade at init ----
+ * Block: u32 origin leader, u32 count, u64 OOBX_NODE_BUF of the origin, then
+ * count x (u32 rank, u32 length, the card). */
+
+typedef struct card_trade {
+    struct oobx_comm *c;
+    oobx__node_t *node;
+    int prev;
+} card_trade_t;
+
+static int card_unpack(void *arg, const unsigned char *m, size_t got, int *origin)
+{
+    card_trade_t *t = arg;
+    struct oobx_comm *c = t->c;
+    int nranks = c->v.nranks;
+    uint32_t o = got >= 16 ? oobx__get_u32(m) : 0, count = got >= 16 ? oobx__get_u32(m + 4) : 0;
+    uint64_t buf = got >= 16 ? oobx__get_u64(m + 8) : 0;
+    size_t q = 16;
+    int bad = got < 16 || o >= (uint32_t)nranks || count == 0 || count > (uint32_t)nranks;
+    for (uint32_t k = 0; !bad && k < count; k++) {
+        if (q + 8 > got) {
+            bad = 1;
+            break;
+        }
+        uint32_t len = oobx__get_u32(m + q + 4);
+        if (len <= CARD_HDR || len > CARD_HDR + OOBX_ADDR_MAX || q + 8 + len > got) bad = 1;
+        q += 8 + (size_t)len;
+    }
+    if (bad || q != got)
+        return oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: a malformed card message of %zu bytes from leader %d",
+                          c->v.rank, got, t->prev);
+    if (buf != c->settings.node_buf)
+        return oobx__fail(&c->log, OOBX_ERR_MISMATCH,
+                          "rank %d: the host of leader %u uses OOBX_NODE_BUF=%llu, this host %zu: set it the same on "
+                          "every rank",
+                          c->v.rank, o, (unsigned long long)buf, c->settings.node_buf);
+    q = 16;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t who = oobx__get_u32(m + q), len = oobx__get_u32(m + q + 4);
+        int rc = oobx__node_put(t->node, (int)who, m + q + 8, len);
+        if (rc != 0) return rc;
+        q += 8 + (size_t)len;
+    }
+    *origin = (int)o;
+    return 0;
+}
+
+static int card_complete(void *arg)
+{
+    card_trade_t *t = arg;
+    return oobx__node_count(t->node) >= t->c->v.nranks;
+}
+
+/* Tags of the leaders' rings: group ids no group collective has. */
+#define NODE_TRADE_TAG (0xfffffeull << 40)
+#define NODE_AG_TAG(seq) ((0xfffffdull << 40) | ((uint64_t)((seq) & 0xffffffu) << 16))
+
 static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members)
 {
     int rank = c->v.rank, nranks = c->v.nranks, L = pl->place.local_size;
@@ -293,26 +439,18 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
     if (rc != 0)
         return oobx__fail(&c->log, rc, "rank %d: the card of the next leader, rank %d, does not parse: %s", rank, next,
                           oobx_last_error());
-    size_t own = 8;
+    size_t own = 16;
     for (int k = 0; k < L; k++) {
         size_t len;
         oobx__node_card(node, members[k], &len);
         own += 8 + len;
     }
-    /* what can come in: every other card once, with its 8 bytes, and a head per message */
-    size_t cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 8 * (size_t)nranks;
-    unsigned char *out = malloc(own), *in = malloc(cap);
-    int nsend_max = nranks - L + 2, ns = 0;
-    oobx_sreq_t *sreqs = calloc((size_t)nsend_max, sizeof(*sreqs));
-    oobx_sreq_t **pending = calloc((size_t)nsend_max + 1, sizeof(*pending));
-    oobx_rreq_t *r = calloc(1, sizeof(*r));
-    if (!out || !in || !sreqs || !pending || !r) {
-        free(out), free(in), free(sreqs), free(pending), free(r);
-        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for the leaders' trade", rank);
-    }
+    unsigned char *out = malloc(own);
+    if (!out) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
     oobx__put_u32(out, (uint32_t)rank);
     oobx__put_u32(out + 4, (uint32_t)L);
-    size_t o = 8;
+    oobx__put_u64(out + 8, c->settings.node_buf);
+    size_t o = 16;
     for (int k = 0; k < L; k++) {
         size_t len;
         const unsigned char *card = oobx__node_card(node, members[k], &len);
@@ -321,87 +459,120 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
         memcpy(out + o + 8, card, len);
         o += 8 + len;
     }
-    uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
-    char who[160];
-    rc = oobx__ep_isend(&c->v, next, OOBX_MSG_COLL, NODE_TRADE_TAG, out, own, &sreqs[ns]);
-    if (rc == 0) pending[ns] = &sreqs[ns], ns++;
-    size_t used = 0;
-    int adopted = 0;
-    while (rc == 0 && oobx__node_count(node) < nranks) {
-        rc = oobx__ep_irecv(&c->v, prev, OOBX_MSG_COLL, NODE_TRADE_TAG, in + used, cap - used, r);
-        if (rc != 0) break;
-        if (!r->done) rc = oobx__ep_wait(&c->v, recv_done, r, deadline);
-        if (rc != 0) {
-            oobx__ep_peer_name(&c->v, prev, who, sizeof(who));
-            rc = oobx__ep_wait_error(&c->v, rc,
-                                     "rank %d, leader of %d ranks on its host: waiting for the cards of the other hosts "
-                                     "from the previous leader, %s (%d of %d cards in)",
-                                     rank, L, who, oobx__node_count(node), nranks);
-            if (oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, NODE_TRADE_TAG, r)) adopted = 1;
-            break;
-        }
-        if (r->status) {
-            oobx__ep_peer_name(&c->v, prev, who, sizeof(who));
-            const char *why = oobx__ep_failed_what(c->v.ep, prev);
-            rc = oobx__fail(&c->log, r->status, "rank %d, leader of its host: the previous leader, %s: %s", rank, who,
-                            why ? why : oobx_strerror(r->status));
-            break;
-        }
-        /* a group's cards: check every length before taking any */
-        const unsigned char *m = in + used;
-        size_t got = r->received;
-        uint32_t origin = got >= 8 ? oobx__get_u32(m) : 0, count = got >= 8 ? oobx__get_u32(m + 4) : 0;
-        size_t q = 8;
-        int bad = got < 8 || origin >= (uint32_t)nranks || count == 0 || count > (uint32_t)nranks;
-        for (uint32_t k = 0; !bad && k < count; k++) {
-            if (q + 8 > got) { bad = 1; break; }
-            uint32_t len = oobx__get_u32(m + q + 4);
-            if (len <= CARD_HDR || len > CARD_HDR + OOBX_ADDR_MAX || q + 8 + len > got) bad = 1;
-            q += 8 + (size_t)len;
-        }
-        if (bad || q != got) {
-            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: a malformed card message of %zu bytes from leader %d",
-                            rank, got, prev);
-            break;
-        }
-        q = 8;
-        for (uint32_t k = 0; rc == 0 && k < count; k++) {
-            uint32_t who_rank = oobx__get_u32(m + q), len = oobx__get_u32(m + q + 4);
-            rc = oobx__node_put(node, (int)who_rank, m + q + 8, len);
-            q += 8 + (size_t)len;
-        }
-        if (rc != 0) break;
-        used += got;
-        if ((int)origin != next && ns < nsend_max) {
-            rc = oobx__ep_isend(&c->v, next, OOBX_MSG_COLL, NODE_TRADE_TAG, m, got, &sreqs[ns]);
-            if (rc == 0) pending[ns] = &sreqs[ns], ns++;
-        }
+    card_trade_t t = {c, node, prev};
+    leader_ring_t lr = {.next = next, .prev = prev, .tag = NODE_TRADE_TAG, .own = out, .own_len = own,
+                        .in_cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks,
+                        .what = "cards", .unpack = card_unpack, .complete = card_complete, .arg = &t};
+    return leader_ring_run(c, &lr);
+}
+
+/* ---- the node-aware allgather ----
+ * Block: u32 origin leader, u32 count, count x u32 rank, count x bpr bytes. */
+
+typedef struct slice_trade {
+    struct oobx_comm *c;
+    unsigned char *data;
+    size_t bpr;
+    char *have;    /* per rank: its slice is in */
+    int nhave, want;
+} slice_trade_t;
+
+static int slice_unpack(void *arg, const unsigned char *m, size_t got, int *origin)
+{
+    slice_trade_t *t = arg;
+    struct oobx_comm *c = t->c;
+    int nranks = c->v.nranks;
+    uint32_t o = got >= 8 ? oobx__get_u32(m) : 0, count = got >= 8 ? oobx__get_u32(m + 4) : 0;
+    if (got < 8 || o >= (uint32_t)nranks || count == 0 || count > (uint32_t)nranks ||
+        got != 8 + (size_t)count * (4 + t->bpr))
+        return oobx__fail(&c->log, OOBX_ERR_MISMATCH,
+                          "rank %d: an allgather block of %zu bytes from leader %u for %u ranks of %zu bytes: do all "
+                          "ranks pass the same size?",
+                          c->v.rank, got, o, count, t->bpr);
+    const unsigned char *ranks = m + 8, *data = m + 8 + 4 * (size_t)count;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t r = oobx__get_u32(ranks + 4 * (size_t)k);
+        if (r >= (uint32_t)nranks || t->have[r])
+            return oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: leader %u sent the slice of rank %u %s", c->v.rank,
+                              o, r, r >= (uint32_t)nranks ? "(no such rank)" : "twice");
+        memcpy(t->data + (size_t)r * t->bpr, data + (size_t)k * t->bpr, t->bpr);
+        t->have[r] = 1;
+        t->nhave++;
     }
-    if (rc == 0 && !pair_sent(pending)) {
-        rc = oobx__ep_wait(&c->v, pair_sent, pending, deadline);
-        if (rc != 0) {
-            oobx__ep_peer_name(&c->v, next, who, sizeof(who));
-            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host: sending cards to the next leader, %s",
-                                     rank, who);
+    *origin = (int)o;
+    return 0;
+}
+
+static int slice_complete(void *arg)
+{
+    slice_trade_t *t = arg;
+    return t->nhave >= t->want;
+}
+
+/* 1 when an allgather of bpr bytes per rank may take the node path: the
+ * same answer on every rank (it depends on the job and the settings only). */
+static int node_allgather_fits(const struct oobx_comm *c, size_t bpr)
+{
+    return c->node.seg && !c->v.ep_rank && bpr > 0 && (size_t)c->v.nranks <= SIZE_MAX / bpr &&
+           (size_t)c->v.nranks * bpr <= oobx__node_data_bytes(c->node.seg);
+}
+
+/* Within a host through the shared buffer, across hosts among the leaders. */
+static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
+{
+    int rank = c->v.rank, nranks = c->v.nranks, L = c->node.local_size;
+    oobx__node_t *seg = c->node.seg;
+    pthread_mutex_lock(&c->v.ep->lock);
+    uint32_t u = c->node.uses++;
+    uint32_t seq = c->coll_seq++;
+    pthread_mutex_unlock(&c->v.ep->lock);
+    int b = (int)(u & 1);
+    uint32_t k = u >> 1;
+    int rc = oobx__node_ag_enter(seg, b, k, bpr);
+    if (rc != 0) return rc;
+    unsigned char *data = oobx__node_data(seg, b);
+    memcpy(data + (size_t)rank * bpr, (char *)buf + (size_t)rank * bpr, bpr);
+    oobx__node_ag_arrive(seg, b, k);
+    if (c->node.leader) {
+        int mr = -1;
+        uint64_t mb = 0;
+        rc = oobx__node_ag_wait_arrivals(seg, b, k, bpr, &mr, &mb);
+        if (rc == 0 && mr >= 0)
+            rc = oobx__fail(&c->log, OOBX_ERR_MISMATCH,
+                            "oobx_allgather: rank %d passes %llu bytes per rank, rank %d (the leader of its host) %zu",
+                            mr, (unsigned long long)mb, rank, bpr);
+        if (rc == 0 && c->node.next != rank) {
+            size_t own = 8 + (size_t)L * (4 + bpr);
+            unsigned char *out = malloc(own);
+            slice_trade_t t = {c, data, bpr, calloc((size_t)nranks, 1), 0, nranks - L};
+            if (!out || !t.have) {
+                rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
+            } else {
+                oobx__put_u32(out, (uint32_t)rank);
+                oobx__put_u32(out + 4, (uint32_t)L);
+                for (int q = 0; q < L; q++) {
+                    oobx__put_u32(out + 8 + 4 * (size_t)q, (uint32_t)c->node.members[q]);
+                    memcpy(out + 8 + 4 * (size_t)L + (size_t)q * bpr, data + (size_t)c->node.members[q] * bpr, bpr);
+                    t.have[c->node.members[q]] = 1;
+                }
+                leader_ring_t lr = {.next = c->node.next, .prev = c->node.prev, .tag = NODE_AG_TAG(seq), .own = out,
+                                    .own_len = own, .in_cap = (size_t)(nranks - L) * (4 + bpr) + 8 * (size_t)nranks,
+                                    .what = "allgather slices", .unpack = slice_unpack,
+                                    .complete = slice_complete, .arg = &t};
+                pthread_mutex_lock(&c->v.ep->lock);
+                rc = leader_ring_run(c, &lr);
+                out = NULL; /* leader_ring_run's now */
+                pthread_mutex_unlock(&c->v.ep->lock);
+            }
+            free(out);
+            free(t.have);
         }
-    }
-    for (int i = 0; rc == 0 && i < ns; i++)
-        if (sreqs[i].tp.status) {
-            oobx__ep_peer_name(&c->v, next, who, sizeof(who));
-            const char *why = oobx__ep_failed_what(c->v.ep, next);
-            rc = oobx__fail(&c->log, sreqs[i].tp.status, "rank %d, leader of its host: the next leader, %s: %s", rank,
-                            who, why ? why : oobx_strerror(sreqs[i].tp.status));
-        }
-    if (adopted || !pair_sent(pending)) {
-        /* a transport may still touch them */
-        oobx__ep_adopt(c->v.ep, in);
-        oobx__ep_adopt(c->v.ep, out);
-        oobx__ep_adopt(c->v.ep, sreqs);
-        oobx__ep_adopt(c->v.ep, r);
+        oobx__node_ag_done(seg, b, rc, rc ? oobx_last_error() : NULL);
     } else {
-        free(in), free(out), free(sreqs), free(r);
+        rc = oobx__node_ag_wait_done(seg, b, k);
     }
-    free(pending);
+    if (rc == 0) memcpy(buf, data, (size_t)nranks * bpr);
+    oobx__node_ag_leave(seg, b);
     return rc;
 }
 
@@ -445,8 +616,8 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     oobx__node_params_t np = {.job = c->v.ctx, .epoch = pl.place.epoch, .host = pl.place.host, .rank = rank,
                               .nranks = nranks, .local_index = pl.place.local_index,
                               .local_size = pl.place.local_size, .leader = pl.place.leader,
-                              .card_cap = CARD_HDR + OOBX_ADDR_MAX, .dir = c->settings.node_dir, .log = &c->log,
-                              .cancel = cancel};
+                              .card_cap = CARD_HDR + OOBX_ADDR_MAX, .data_bytes = c->settings.node_buf,
+                              .dir = c->settings.node_dir, .log = &c->log, .cancel = cancel};
     oobx__node_t *node = NULL;
     rc = oobx__node_join(&np, card, card_len, &node);
     uint64_t t_local = 0, t_trade = 0;
@@ -488,7 +659,18 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         }
         c->timings.hosts = hosts;
     }
-    oobx__node_leave(node);
+    if (rc == 0 && c->settings.node_buf > 0) {
+        /* kept for the node-aware allgather */
+        c->node.seg = node;
+        c->node.leader = leader;
+        c->node.local_size = pl.place.local_size;
+        c->node.next = pl.place.next_leader;
+        c->node.prev = pl.place.prev_leader;
+        c->node.members = members;
+        members = NULL;
+    } else {
+        oobx__node_leave(node);
+    }
     oobx__root_placement_free(&pl);
     free(members);
     uint64_t t_end = oobx__now_ns();
@@ -863,6 +1045,10 @@ static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int
 
 int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
 {
+    if (c && buf && node_allgather_fits(c, bpr)) {
+        int rc = oobx__comm_check(c, "oobx_allgather");
+        return rc ? rc : node_allgather(c, buf, bpr);
+    }
     COLL_ENTER("oobx_allgather");
     if (!buf && bpr) rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->v.rank);
     coll_group_t g = whole(c);
@@ -1002,6 +1188,7 @@ int oobx_comm_abort(oobx_comm_t c)
     pthread_mutex_lock(&c->v.ep->lock);
     atomic_store(&c->aborted, 1);
     oobx__ep_wake(c->v.ep);
+    oobx__node_wake(c->node.seg);
     pthread_cond_broadcast(&c->v.ep->cond);
     pthread_mutex_unlock(&c->v.ep->lock);
     return 0;

@@ -31,6 +31,13 @@ struct oobx_comm {
     oobx_init_timings_t timings;
     uint64_t root_magic; /* of a root this process hosts for this comm, to reap */
     char transport[16];
+    struct {
+        struct oobx__node *seg; /* the host's card table and allgather buffers (node.h); NULL: none */
+        int leader;             /* this rank leads its host's ranks */
+        int local_size, next, prev; /* the host's ranks; leaders: their ring neighbours among the leaders */
+        int *members;           /* leaders: the host's ranks */
+        uint32_t uses;          /* node-aware allgathers so far */
+    } node;
 };
 
 /* 0, or the error (recorded) when c is NULL or aborted; fn names the call. */

@@ -35,13 +35,28 @@ typedef struct node_hdr {
     int32_t state;   /* futex: 0 running, 1 complete, < 0 the leader's failure */
     uint32_t ncards; /* cards in the table */
     uint32_t pad;
+    uint64_t data_bytes; /* each of the allgather's two buffers */
     char error[NODE_ERROR_MAX];
 } node_hdr_t;
 
 typedef struct node_member {
     int32_t rank;
     uint32_t pid; /* 0 until the member mapped the segment */
+    uint64_t ag_bpr[2]; /* the bytes per rank of its last allgather in each buffer */
+    uint32_t ag_seen[2]; /* uses of each buffer it joined */
+    uint32_t pad;
 } node_member_t;
+
+/* The allgather's words: per buffer, counters that only go up (use k of a
+ * buffer expects (k+1) * local_size arrivals and departures). */
+typedef struct node_ag {
+    uint32_t arrive[2]; /* futex: members whose slices are in */
+    uint32_t done[2];   /* futex: uses the leader completed */
+    uint32_t left[2];   /* futex: members that copied the result out */
+    int32_t fail;       /* < 0: an allgather failed; the node path is over for this communicator */
+    uint32_t pad;
+    char error[NODE_ERROR_MAX];
+} node_ag_t;
 
 typedef struct node_slot {
     uint32_t len; /* 0: not in yet */
@@ -54,6 +69,8 @@ struct oobx__node {
     unsigned char *base;
     size_t size;
     size_t slot_bytes;
+    size_t ag_off;     /* offset of the node_ag_t */
+    size_t data_off;   /* offset of the two data buffers, p.data_bytes each */
     int named;         /* a file in p.dir (else private memory: a group of one) */
     char path[512];
 };
@@ -71,6 +88,11 @@ static node_member_t *member(const oobx__node_t *n, int k)
 static size_t members_bytes(int local_size)
 {
     return ((size_t)local_size * sizeof(node_member_t) + 63) & ~(size_t)63;
+}
+
+static node_ag_t *ag(const oobx__node_t *n)
+{
+    return (node_ag_t *)(n->base + n->ag_off);
 }
 
 static node_slot_t *slot(const oobx__node_t *n, int rank)
@@ -102,6 +124,20 @@ static int pid_dead(uint32_t pid)
     return pid && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
+/* 1 when the process is stopped (SIGSTOP, a debugger): state T or t. */
+static int pid_stopped(uint32_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *e = strrchr(buf, ')');
+    return e && e[1] == ' ' && (e[2] == 'T' || e[2] == 't');
+}
+
 static void fill_header(oobx__node_t *n)
 {
     node_hdr_t *h = hdr(n);
@@ -114,6 +150,7 @@ static void fill_header(oobx__node_t *n)
     h->local_size = (uint32_t)n->p.local_size;
     h->card_cap = (uint32_t)n->p.card_cap;
     h->leader = n->p.leader;
+    h->data_bytes = n->p.data_bytes;
 }
 
 /* Checks that the mapped header is this group's: an error naming what differs. */
@@ -124,7 +161,8 @@ static int check_header(const oobx__node_t *n)
     if (h->magic != NODE_MAGIC || h->version != NODE_VERSION) what = "it is not an oobx host segment of this version";
     else if (h->job != n->p.job || h->epoch != n->p.epoch) what = "it belongs to another job or an earlier run";
     else if (h->host != n->p.host || h->leader != n->p.leader || h->nranks != (uint32_t)n->p.nranks ||
-             h->local_size != (uint32_t)n->p.local_size || h->card_cap != (uint32_t)n->p.card_cap)
+             h->local_size != (uint32_t)n->p.local_size || h->card_cap != (uint32_t)n->p.card_cap ||
+             h->data_bytes != n->p.data_bytes)
         what = "its group (host, leader, sizes) is not this rank's";
     if (!what) return 0;
     return oobx__fail(n->p.log, OOBX_ERR_PROTOCOL,
@@ -216,7 +254,10 @@ int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, 
     if (!n) return oobx__fail(p->log, OOBX_ERR_NOMEM, "rank %d: out of memory", p->rank);
     n->p = *p;
     n->slot_bytes = (sizeof(node_slot_t) + p->card_cap + 7) & ~(size_t)7;
-    n->size = NODE_HDR_BYTES + members_bytes(p->local_size) + (size_t)p->nranks * n->slot_bytes;
+    n->ag_off = NODE_HDR_BYTES + members_bytes(p->local_size) + (size_t)p->nranks * n->slot_bytes;
+    n->ag_off = (n->ag_off + 4095) & ~(size_t)4095;
+    n->data_off = n->ag_off + ((sizeof(node_ag_t) + 4095) & ~(size_t)4095);
+    n->size = n->data_off + 2 * ((p->data_bytes + 4095) & ~(size_t)4095);
     int rc = 0;
     if (p->local_size == 1) {
         /* alone on its host: the table is private */
@@ -320,11 +361,11 @@ int oobx__node_wait_members(oobx__node_t *n, const int *members)
             for (int k = 0; k < n->p.local_size; k++) {
                 size_t l;
                 if (oobx__node_card(n, members[k], &l)) continue;
-                if (nmiss++ < 16) oobx__appendf(missing, sizeof(missing), "%s%d", missing[0] ? ", " : "", members[k]);
+                if (nmiss++ < 16) oobx__appendf(missing, sizeof(missing), "%srank %d", missing[0] ? ", " : "", members[k]);
             }
             return oobx__fail(n->p.log, rc,
                               "rank %d, leader of this host's %d ranks: %s while %d of them had not written their card "
-                              "(ranks %s%s)",
+                              "(%s%s; dead or stopped?)",
                               n->p.rank, n->p.local_size, rc == OOBX_ERR_TIMEOUT ? "timed out" : "aborted", nmiss,
                               missing, nmiss > 16 ? ", ..." : "");
         }
@@ -378,4 +419,172 @@ void oobx__node_leave(oobx__node_t *n)
 const char *oobx__node_path(const oobx__node_t *n)
 {
     return n->path;
+}
+
+/* ---- the node-aware allgather ---- */
+
+size_t oobx__node_data_bytes(const oobx__node_t *n)
+{
+    return n->p.data_bytes;
+}
+
+unsigned char *oobx__node_data(const oobx__node_t *n, int b)
+{
+    return n->base + n->data_off + (size_t)b * ((n->p.data_bytes + 4095) & ~(size_t)4095);
+}
+
+static int ag_failed(const oobx__node_t *n)
+{
+    const node_ag_t *a = ag(n);
+    int32_t f = __atomic_load_n(&a->fail, __ATOMIC_ACQUIRE);
+    if (!f) return 0;
+    char text[NODE_ERROR_MAX];
+    snprintf(text, sizeof(text), "%s", a->error);
+    return oobx__fail(n->p.log, f, "rank %d: a node-aware allgather of this host failed: %s", n->p.rank, text);
+}
+
+/* The host's ranks that have not joined the allgather in progress: ";
+ * not joined: rank 5 (pid 123, stopped)". */
+static uint32_t ag_round(const oobx__node_t *n, int b)
+{
+    /* the newest use any member joined */
+    uint32_t top = 0;
+    for (int k = 0; k < n->p.local_size; k++) {
+        uint32_t v = __atomic_load_n(&member(n, k)->ag_seen[b], __ATOMIC_ACQUIRE);
+        if (v > top) top = v;
+    }
+    return top;
+}
+
+static void ag_late(const oobx__node_t *n, char *out, size_t len)
+{
+    int nl = 0;
+    for (int b = 0; b < 2; b++) {
+        uint32_t top = ag_round(n, b);
+        for (int k = 0; k < n->p.local_size && top; k++) {
+            node_member_t *m = member(n, k);
+            if (__atomic_load_n(&m->ag_seen[b], __ATOMIC_ACQUIRE) >= top) continue;
+            uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
+            if (nl++ < 8)
+                oobx__appendf(out, len, "%srank %d (pid %u%s)", nl == 1 ? "; not joined: " : ", ",
+                              __atomic_load_n(&m->rank, __ATOMIC_RELAXED), pid,
+                              pid_stopped(pid) ? ", stopped" : pid_dead(pid) ? ", dead" : "");
+        }
+    }
+    if (nl > 8) oobx__appendf(out, len, ", ...");
+}
+
+/* Waits until *word reaches want; what: for the timeout's text; watch: the
+ * pid of the rank whose death would leave this wait hanging (0: none). */
+static int ag_wait(const oobx__node_t *n, uint32_t *word, uint32_t want, const char *what, int watch_index)
+{
+    for (;;) {
+        uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+        if ((int32_t)(v - want) >= 0) return 0;
+        int rc = ag_failed(n);
+        if (rc) return rc;
+        if (watch_index >= 0) {
+            node_member_t *m = member(n, watch_index);
+            uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
+            if (pid_dead(pid))
+                return oobx__fail(n->p.log, OOBX_ERR_REMOTE, "rank %d: rank %d (pid %u) on this host died while %s",
+                                  n->p.rank, __atomic_load_n(&m->rank, __ATOMIC_RELAXED), pid, what);
+        } else {
+            for (int k = 0; k < n->p.local_size; k++) {
+                node_member_t *m = member(n, k);
+                uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
+                if (pid_dead(pid))
+                    return oobx__fail(n->p.log, OOBX_ERR_REMOTE, "rank %d: rank %d (pid %u) on this host died while %s",
+                                      n->p.rank, __atomic_load_n(&m->rank, __ATOMIC_RELAXED), pid, what);
+            }
+        }
+        rc = cancelled(n);
+        if (rc) {
+            char late[400] = "";
+            ag_late(n, late, sizeof(late));
+            return oobx__fail(n->p.log, rc, "rank %d: %s while %s%s", n->p.rank,
+                              rc == OOBX_ERR_TIMEOUT ? "timed out" : "aborted", what, late);
+        }
+        wait_slice(n, word, v);
+    }
+}
+
+int oobx__node_ag_enter(oobx__node_t *n, int b, uint32_t use, uint64_t bpr)
+{
+    node_ag_t *a = ag(n);
+    int rc = ag_failed(n);
+    if (rc) return rc;
+    /* the previous use of this buffer is drained */
+    rc = ag_wait(n, &a->left[b], use * (uint32_t)n->p.local_size, "waiting for the host's ranks to read the last "
+                                                                   "allgather",
+                 -1);
+    if (rc) return rc;
+    __atomic_store_n(&member(n, n->p.local_index)->ag_bpr[b], bpr, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void oobx__node_ag_arrive(oobx__node_t *n, int b, uint32_t use)
+{
+    __atomic_store_n(&member(n, n->p.local_index)->ag_seen[b], use + 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&ag(n)->arrive[b], 1, __ATOMIC_RELEASE);
+    wake_all(&ag(n)->arrive[b]);
+}
+
+int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, int *mismatch_rank,
+                                uint64_t *mismatch_bpr)
+{
+    int rc = ag_wait(n, &ag(n)->arrive[b], (use + 1) * (uint32_t)n->p.local_size,
+                     "the leader waited for the host's ranks to join an allgather", -1);
+    if (rc) return rc;
+    *mismatch_rank = -1;
+    for (int k = 0; k < n->p.local_size; k++) {
+        uint64_t v = __atomic_load_n(&member(n, k)->ag_bpr[b], __ATOMIC_RELAXED);
+        if (v != bpr) {
+            *mismatch_rank = __atomic_load_n(&member(n, k)->rank, __ATOMIC_RELAXED);
+            *mismatch_bpr = v;
+            break;
+        }
+    }
+    return 0;
+}
+
+void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text)
+{
+    node_ag_t *a = ag(n);
+    if (status) {
+        snprintf(a->error, sizeof(a->error), "%s", text ? text : oobx_strerror(status));
+        __atomic_store_n(&a->fail, status, __ATOMIC_RELEASE);
+        for (int k = 0; k < 2; k++) {
+            wake_all(&a->done[k]);
+            wake_all(&a->arrive[k]);
+            wake_all(&a->left[k]);
+        }
+        return;
+    }
+    __atomic_add_fetch(&a->done[b], 1, __ATOMIC_RELEASE);
+    wake_all(&a->done[b]);
+}
+
+int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use)
+{
+    return ag_wait(n, &ag(n)->done[b], use + 1, "waiting for the leader of this host's ranks to finish an allgather", 0);
+}
+
+void oobx__node_ag_leave(oobx__node_t *n, int b)
+{
+    __atomic_add_fetch(&ag(n)->left[b], 1, __ATOMIC_RELEASE);
+    wake_all(&ag(n)->left[b]);
+}
+
+void oobx__node_wake(oobx__node_t *n)
+{
+    if (!n) return;
+    node_ag_t *a = ag(n);
+    for (int k = 0; k < 2; k++) {
+        wake_all(&a->done[k]);
+        wake_all(&a->arrive[k]);
+        wake_all(&a->left[k]);
+    }
+    wake_all(&hdr(n)->ready);
+    wake_all((uint32_t *)&hdr(n)->state);
 }

@@ -29,6 +29,7 @@ typedef struct oobx__node_params {
     int local_index, local_size;
     int leader;          /* global rank */
     size_t card_cap;     /* bytes per card slot */
+    size_t data_bytes;   /* each of the two buffers of the node-aware allgather (0: none) */
     const char *dir;     /* where segments live ("/dev/shm") */
     const oobx_log_t *log;
     const oobx_cancel_t *cancel; /* deadline and aborts */
@@ -61,6 +62,28 @@ int oobx__node_wait_finish(oobx__node_t *n);
 /* Unmaps; the last rank to leave... the name is already gone (removed once
  * every member has mapped it). NULL is accepted. */
 void oobx__node_leave(oobx__node_t *n);
+
+/* ---- the node-aware allgather ----
+ * Use k of buffer b (b = use & 1 alternates): each member waits until the
+ * previous use of b is drained (ag_enter), writes its slice into
+ * node_data(b) and arrives; the leader waits for all (ag_wait_arrivals: it
+ * also compares every member's bytes per rank), trades the host's slices
+ * with the other leaders, writes theirs, and marks the use done; members
+ * wait for it, copy the result out and leave. A failure is sticky: every
+ * later call of the host's ranks fails with the leader's text. use: the use
+ * of buffer b (0, 1, ...): the communicator's node-aware allgathers so far,
+ * halved. A timeout names the host's ranks that have not joined. */
+size_t oobx__node_data_bytes(const oobx__node_t *n);
+unsigned char *oobx__node_data(const oobx__node_t *n, int b);
+int oobx__node_ag_enter(oobx__node_t *n, int b, uint32_t use, uint64_t bpr);
+void oobx__node_ag_arrive(oobx__node_t *n, int b, uint32_t use);
+int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, int *mismatch_rank,
+                                uint64_t *mismatch_bpr);
+void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text);
+int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use);
+void oobx__node_ag_leave(oobx__node_t *n, int b);
+/* Wakes every waiter of the host's segment (they look at their aborts). */
+void oobx__node_wake(oobx__node_t *n);
 
 /* The path of the segment (for messages and tests). */
 const char *oobx__node_path(const oobx__node_t *n);

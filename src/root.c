@@ -212,6 +212,7 @@ typedef struct root_state {
     int nconns, capconns;
     uint64_t t_start, t_first, t_all;
     int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (answers once the block is in) */
+    char dead_text[OOBX_REPLY_TEXT_MAX]; /* node-aware: a rank died before its answer; what all are told */
     uint64_t epoch;  /* node-aware: random, names this run's group segments */
 } root_state_t;
 
@@ -303,6 +304,18 @@ static void answer_raw(root_state_t *st, int local, const unsigned char *data, s
         if (local < st->n2send) st->nreplied++; /* the extra reporter is not one of the block's */
     }
     if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, 0, data, len);
+}
+
+/* Node-aware, after a rank died: local k gets the news (and counts as answered). */
+static void answer_error(root_state_t *st, int k)
+{
+    int ci = st->waiting[k];
+    st->waiting[k] = -1;
+    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, OOBX_ERR_REMOTE, st->dead_text, strlen(st->dead_text));
+    if (!st->replied[k]) {
+        st->replied[k] = 1;
+        if (k < st->n2send) st->nreplied++;
+    }
 }
 
 /* The whole block is in: groups by host id, each with its leader (lowest
@@ -443,6 +456,13 @@ static void take_report(root_state_t *st, int i)
                    r->rank, c->peer, st->iroot, r->rank);
         return;
     }
+    if (r->wait_ms != OOBX_WAIT_FOREVER) {
+        /* give up a tenth (at most 2 s) before this rank would, so that the
+         * list of ranks that never checked in reaches it */
+        uint32_t margin = OOBX_MIN(r->wait_ms / 10, 2000u);
+        uint64_t by = oobx__now_ns() + (uint64_t)(r->wait_ms - margin) * 1000000ull;
+        if (by < st->deadline) st->deadline = by;
+    }
     st->info[local] = malloc(r->blob_len);
     if (!st->info[local]) {
         conn_error(st, i, OOBX_ERR_NOMEM, "root %s: out of memory", st->name);
@@ -457,6 +477,10 @@ static void take_report(root_state_t *st, int i)
         /* node-aware: every answer waits for the whole block (groups need it) */
         st->waiting[local] = i;
         c->state = RC_WAIT;
+        if (st->dead_text[0]) {
+            answer_error(st, local);
+            return;
+        }
         if (st->nin == st->nrecv) {
             st->t_all = oobx__now_ns();
             answer_groups(st);
@@ -495,7 +519,22 @@ static void conn_read(root_state_t *st, int i)
                 OOBX_DEBUG(&st->log, "root %s: %s closed before its answer", st->name, c->peer);
                 for (int k = 0; k < st->nrecv; k++)
                     if (st->waiting[k] == i) st->waiting[k] = -1;
+                int gone = c->rep.rank;
+                char peer[sizeof(c->peer)];
+                snprintf(peer, sizeof(peer), "%s", c->peer);
                 conn_close(st, i);
+                if (st->node && !st->dead_text[0]) {
+                    /* node-aware: the others would wait for its card in vain; they
+                     * and every later reporter hear why at once */
+                    snprintf(st->dead_text, sizeof(st->dead_text),
+                             "rank %d (%s) closed its connection to root %d (%s) before the answer: did it exit or fail?",
+                             gone, peer, st->iroot, st->name);
+                    OOBX_WARN(&st->log, "%s", st->dead_text);
+                    int gl = oobx__root_local_id(gone, st->iroot, st->nranks, st->nroots);
+                    if (gl >= 0 && gl < st->nrecv) answer_error(st, gl);
+                    for (int k = 0; k < st->nrecv; k++)
+                        if (st->waiting[k] >= 0) answer_error(st, k);
+                }
             } else if (n > 0) {
                 if (oobx__ratelimit_ok(&st->stray_rl))
                     OOBX_WARN(&st->log, "root %s: %s sent bytes while waiting; dropped", st->name, c->peer);
@@ -621,12 +660,12 @@ static void fail_waiting(root_state_t *st)
     if (st->nranks == 0) {
         off = snprintf(text, sizeof(text), "root %s timed out before any rank reported", st->name);
     } else {
-        off = snprintf(text, sizeof(text), "root %d (%s) timed out with %d of %d reports; ranks that never checked in:",
+        off = snprintf(text, sizeof(text), "root %d (%s) timed out with %d of %d reports; never checked in:",
                        st->iroot, st->name, st->nin, st->nrecv);
         for (int k = 0; k < st->nrecv && off < (int)sizeof(text) - 32; k++) {
             if (st->info[k]) continue;
             int r = (first + k) % st->nranks;
-            off += snprintf(text + off, sizeof(text) - (size_t)off, " %d", r);
+            off += snprintf(text + off, sizeof(text) - (size_t)off, "%s rank %d", nmiss ? "," : "", r);
             nmiss++;
         }
         if (nmiss == 0) snprintf(text + off, sizeof(text) - (size_t)off, " none");
@@ -743,7 +782,9 @@ static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magi
     st->magic = magic;
     st->node = -1;
     st->epoch = oobx__random64();
-    st->deadline = oobx__deadline(s->timeout_ms);
+    /* a tenth (at most 2 s) before the ranks give up, so that its "never
+     * checked in" reaches them while they still wait */
+    st->deadline = oobx__deadline(s->timeout_ms < 0 ? -1 : s->timeout_ms - OOBX_MIN(s->timeout_ms / 10, 2000));
     st->entry = e;
     oobx__sock_addr_format(addr, st->name, sizeof(st->name));
     oobx__log_open(&st->log, s, "root");
@@ -884,8 +925,10 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     unsigned char buf[OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];
     oobx_hello_t hello = {.proto_magic = OOBX_WIRE_MAGIC, .version = OOBX_WIRE_VERSION, .type = (uint16_t)type,
                           .comm_magic = h->magic, .rank = as_rank, .nranks = c->nranks};
+    int left = oobx__ms_left(c->cancel ? c->cancel->deadline_ns : UINT64_MAX, -1);
     oobx_report_t rep = {.rank = as_rank, .nranks = c->nranks, .iroot = iroot, .nroots = c->nroots,
-                         .tpid = c->tpid, .blob_len = (uint32_t)c->blob_len};
+                         .tpid = c->tpid, .blob_len = (uint32_t)c->blob_len,
+                         .wait_ms = left < 0 ? OOBX_WAIT_FOREVER : (uint32_t)left};
     oobx__hello_encode(&hello, buf);
     oobx__report_encode(&rep, buf + OOBX_HELLO_BYTES);
     memcpy(buf + OOBX_HELLO_BYTES + OOBX_REPORT_BYTES, c->blob, c->blob_len);

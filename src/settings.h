@@ -29,6 +29,7 @@ typedef struct oobx_settings {
     int node_aware;            /* OOBX_NODE_AWARE */
     char host_id[128];         /* OOBX_HOST_ID */
     char node_dir[256];        /* OOBX_NODE_DIR */
+    size_t node_buf;           /* OOBX_NODE_BUF */
     char module_dir[512];      /* OOBX_MODULE_DIR: where transport modules are loaded from */
     int log_level;             /* OOBX_LOG_LEVEL */
     char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */

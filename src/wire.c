@@ -92,6 +92,7 @@ void oobx__report_encode(const oobx_report_t *r, unsigned char out[OOBX_REPORT_B
     oobx__put_u32(out + 12, (uint32_t)r->nroots);
     oobx__put_u32(out + 16, r->tpid);
     oobx__put_u32(out + 20, r->blob_len);
+    oobx__put_u32(out + 24, r->wait_ms);
 }
 
 int oobx__report_decode(const unsigned char *in, size_t len, oobx_report_t *r, char *why, size_t whylen)
@@ -104,6 +105,7 @@ int oobx__report_decode(const unsigned char *in, size_t len, oobx_report_t *r, c
     v.nroots = (int32_t)oobx__get_u32(in + 12);
     v.tpid = oobx__get_u32(in + 16);
     v.blob_len = oobx__get_u32(in + 20);
+    v.wait_ms = oobx__get_u32(in + 24);
     if (v.nranks <= 0 || v.rank < 0 || v.rank > v.nranks) {
         snprintf(why, whylen, "report of rank %d of %d: rank out of range", v.rank, v.nranks);
         return OOBX_ERR_PROTOCOL;

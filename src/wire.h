@@ -38,7 +38,7 @@ typedef struct oobx_hello {
     uint64_t reserved;
 } oobx_hello_t;
 
-#define OOBX_REPORT_BYTES 24
+#define OOBX_REPORT_BYTES 28
 typedef struct oobx_report {
     int32_t rank;      /* as this root sees it (nranks for the wrap-around extra report) */
     int32_t nranks;
@@ -46,7 +46,10 @@ typedef struct oobx_report {
     int32_t nroots;
     uint32_t tpid;     /* transport id of the ring (tp_table.h) */
     uint32_t blob_len; /* followed by this many bytes of ring address */
+    uint32_t wait_ms;  /* how long the rank will wait for the answer (OOBX_WAIT_FOREVER: no bound): the
+                          root gives up, naming the ranks that never checked in, before the first rank does */
 } oobx_report_t;
+#define OOBX_WAIT_FOREVER 0xffffffffu
 
 #define OOBX_REPLY_BYTES 8
 typedef struct oobx_reply {
