@@ -246,6 +246,22 @@ static int open_existing(oobx__node_t *n)
     return rc;
 }
 
+static void layout(oobx__node_t *n)
+{
+    n->slot_bytes = (sizeof(node_slot_t) + n->p.card_cap + 7) & ~(size_t)7;
+    n->ag_off = NODE_HDR_BYTES + members_bytes(n->p.local_size) + (size_t)n->p.nranks * n->slot_bytes;
+    n->ag_off = (n->ag_off + 4095) & ~(size_t)4095;
+    n->data_off = n->ag_off + ((sizeof(node_ag_t) + 4095) & ~(size_t)4095);
+    n->size = n->data_off + 2 * ((n->p.data_bytes + 4095) & ~(size_t)4095);
+}
+
+size_t oobx__node_size(const oobx__node_params_t *p)
+{
+    oobx__node_t n = {.p = *p};
+    layout(&n);
+    return n.size;
+}
+
 int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, oobx__node_t **out)
 {
     if (len == 0 || len > p->card_cap)
@@ -253,11 +269,7 @@ int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, 
     oobx__node_t *n = calloc(1, sizeof(*n));
     if (!n) return oobx__fail(p->log, OOBX_ERR_NOMEM, "rank %d: out of memory", p->rank);
     n->p = *p;
-    n->slot_bytes = (sizeof(node_slot_t) + p->card_cap + 7) & ~(size_t)7;
-    n->ag_off = NODE_HDR_BYTES + members_bytes(p->local_size) + (size_t)p->nranks * n->slot_bytes;
-    n->ag_off = (n->ag_off + 4095) & ~(size_t)4095;
-    n->data_off = n->ag_off + ((sizeof(node_ag_t) + 4095) & ~(size_t)4095);
-    n->size = n->data_off + 2 * ((p->data_bytes + 4095) & ~(size_t)4095);
+    layout(n);
     int rc = 0;
     if (p->local_size == 1) {
         /* alone on its host: the table is private */

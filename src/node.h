@@ -85,6 +85,9 @@ void oobx__node_ag_leave(oobx__node_t *n, int b);
 /* Wakes every waiter of the host's segment (they look at their aborts). */
 void oobx__node_wake(oobx__node_t *n);
 
+/* The bytes of a group's segment (for tests). */
+size_t oobx__node_size(const oobx__node_params_t *p);
+
 /* The path of the segment (for messages and tests). */
 const char *oobx__node_path(const oobx__node_t *n);
 

@@ -176,8 +176,8 @@ static void make_file(const char *path, size_t size, int fill, mode_t mode)
 /* The size a 2-rank group with CAP-byte slots needs (node.c's layout). */
 static size_t group_size(void)
 {
-    size_t slot = (8 + CAP + 7) & ~(size_t)7;
-    return 4096 + 64 + 2 * slot;
+    oobx__node_params_t p = params(1, 2, 1, 2, 0, 1, NULL);
+    return oobx__node_size(&p);
 }
 
 static void test_hostile_other_user(void **state)
