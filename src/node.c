@@ -174,8 +174,9 @@ static int check_header(const oobx__node_t *n)
 static int try_create(oobx__node_t *n, int *created)
 {
     char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s/.oobx-%u-%d.tmp", n->p.dir, (unsigned)geteuid(), (int)getpid());
-    unlink(tmp);
+    /* ranks may be threads of one process: the rank and a random part keep the names apart */
+    snprintf(tmp, sizeof(tmp), "%s/.oobx-%u-%d-%d-%016" PRIx64 ".tmp", n->p.dir, (unsigned)geteuid(), (int)getpid(),
+             n->p.rank, oobx__random64());
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return oobx__fail(n->p.log, OOBX_ERR_SYSTEM, "rank %d: cannot create a host segment in %s: %s", n->p.rank,
