@@ -93,3 +93,17 @@ bench-plots:
 	$(call bench-report,make bench-plots)
 
 .PHONY: bench bench-quick bench-peers bench-targets bench-plots bench-build bench-peers-build bench-deps
+
+# ---- start-up at scale (docs/scaling.md) -------------------------------------
+# 1k, 4k and 10k ranks, 1 and 16 roots, one host and 16 emulated hosts, phases,
+# fds and memory per rank; TCPStore beside it where `import torch` works.
+# SCALE_RANKS=1024,4096 SCALE_ROOTS=1,16 SCALE_HOSTS=1,16 narrow it; SCALE_NETNS=1
+# emulates the hosts with network namespaces (oobx-run --hosts, as root).
+SCALE_RANKS ?= 1024,4096,10240
+SCALE_ROOTS ?= 1,16
+SCALE_HOSTS ?= 1,16
+SCALE_TCPSTORE ?= 1024,4096
+bench-scale: all
+	$(BENCH_PY) bench/scale.py $(BUILD) $(BENCH_OUT)/scale --ranks $(SCALE_RANKS) --roots $(SCALE_ROOTS) \
+	    --hosts $(SCALE_HOSTS) --tcpstore $(SCALE_TCPSTORE)
+.PHONY: bench-scale

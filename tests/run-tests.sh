@@ -5,7 +5,11 @@
 #
 #   bash tests/run-tests.sh BUILD_DIR check|check-san|long
 #
-# check      unit tests, fuzz regression over the corpus, the conformance
+# check      unit tests, fuzz regression over the corpus, the transport
+#            contract (socket; ucx under UCX_TLS=tcp and posix,self when
+#            liboobx-ucx.so is built, unless OOBX_TEST_UCX=0; verbs on the
+#            emulated device when liboobx-verbs.so is built and the host has no
+#            RDMA device, unless OOBX_TEST_VERBS=0), the conformance
 #            suite once per transport variant (UCX ones when liboobx-ucx.so is
 #            built, unless OOBX_TEST_UCX=0), the fault suite (also over the
 #            three UCX variants, unless OOBX_TEST_UCX=0); both suites over
@@ -104,6 +108,23 @@ suite() {
 }
 
 main() {
+# the verbs transport: on a real RDMA device when the host has one, else on
+# the emulated device (verbs/emu/, preloaded in front of libibverbs/librdmacm)
+verbs_name= verbs_env=() verbs_preload=
+if [ -e "$build/lib/oobx/liboobx-verbs.so" ] && [ "${OOBX_TEST_VERBS:-}" != 0 ]; then
+    if compgen -G "/sys/class/infiniband/*" >/dev/null; then
+        verbs_name=verbs verbs_env=(OOBX_TRANSPORT=verbs)
+    elif [ -e "$build/tests/verbs-emu/liboobx-verbs-emu.so" ]; then
+        verbs_name=verbs-emu
+        preload=$(cd "$build/tests/verbs-emu" && pwd)/liboobx-verbs-emu.so
+        # a sanitizer runtime must come first in the list of preloaded objects
+        san_rt=$(ldd "$build/lib/liboobx.so" 2>/dev/null | awk '/lib(a|ub|t)san\.so/ { print $3; exit }')
+        [ -n "$san_rt" ] && preload="$san_rt:$preload"
+        verbs_preload=$preload
+        verbs_env=(OOBX_TRANSPORT=verbs "LD_PRELOAD=$preload")
+    fi
+fi
+
 if [ "$mode" != long ]; then
     for t in "$build"/tests/unit/test_*; do
         [ -x "$t" ] || continue
@@ -114,28 +135,40 @@ if [ "$mode" != long ]; then
         target=${t##*/regress_}
         suite "fuzz-regress-$target" 120 -- "$t" "tests/fuzz/corpus/$target"
     done
+
+    # the transport contract (tests/contract): every transport through the ops
+    # the core loads (ucx and verbs: the module files of this build)
+    contract=$build/tests/contract/test_tp_contract
+    case "$mode" in
+        check-san) contract_deadline=600 ;;
+        *) contract_deadline=300 ;;
+    esac
+    if [ -x "$contract" ]; then
+        suite contract-socket "$contract_deadline" OOBX_TEST_TP=socket -- "$contract"
+        if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
+            suite contract-ucx-tcp "$contract_deadline" OOBX_TEST_TP=ucx UCX_TLS=tcp -- "$contract"
+            suite contract-ucx-shm "$contract_deadline" OOBX_TEST_TP=ucx UCX_TLS=posix,self -- "$contract"
+        fi
+        # on the emulated device only: the cases run every rank on this host
+        if [ "$verbs_name" = verbs-emu ]; then
+            suite contract-verbs-emu "$contract_deadline" OOBX_TEST_TP=verbs "LD_PRELOAD=$verbs_preload" -- "$contract"
+        fi
+    else
+        echo "==== contract: $contract not built"
+        total_fail=$((total_fail + 1))
+        failed_suites+=(contract-missing)
+    fi
 fi
 
 # the library as shipped: symbols, soname, modules, install (not for sanitizer builds)
 if [ "$mode" = check ]; then
     suite abi-install 600 -- bash tests/abi/check-abi.sh "$build"
 fi
-
-# the verbs transport: on a real RDMA device when the host has one, else on
-# the emulated device (verbs/emu/, preloaded in front of libibverbs/librdmacm)
-verbs_name= verbs_env=()
-if [ -e "$build/lib/oobx/liboobx-verbs.so" ] && [ "${OOBX_TEST_VERBS:-}" != 0 ]; then
-    if compgen -G "/sys/class/infiniband/*" >/dev/null; then
-        verbs_name=verbs verbs_env=(OOBX_TRANSPORT=verbs)
-    elif [ -e "$build/tests/verbs-emu/liboobx-verbs-emu.so" ]; then
-        verbs_name=verbs-emu
-        preload=$(cd "$build/tests/verbs-emu" && pwd)/liboobx-verbs-emu.so
-        # a sanitizer runtime must come first in the list of preloaded objects
-        san_rt=$(ldd "$build/lib/liboobx.so" 2>/dev/null | awk '/lib(a|ub|t)san\.so/ { print $3; exit }')
-        [ -n "$san_rt" ] && preload="$san_rt:$preload"
-        verbs_env=(OOBX_TRANSPORT=verbs "LD_PRELOAD=$preload")
-    fi
-fi
+# the node-aware bootstrap at 1..2048 ranks, on one host and on emulated hosts (10,240 in long)
+case "$mode" in
+    check) suite scale 900 -- bash tests/scale/check-scale.sh "$build" ;;
+    long) suite scale-long 2400 -- bash tests/scale/check-scale.sh "$build" long ;;
+esac
 
 conf=$build/tests/conformance/conformance
 fault=$build/tests/fault/fault
