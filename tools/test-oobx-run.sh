@@ -1,15 +1,22 @@
 #!/bin/sh
 # shellcheck disable=SC2016  # the ranks expand their own variables
-# Checks oobx-run with shell ranks (no library needed).
-#   sh tools/test-oobx-run.sh BUILD_DIR
+# Checks oobx-run with shell ranks, and the root socket hand-off with real
+# oobx ranks (BUILD_DIR/docs/hello).
+#   sh tools/test-oobx-run.sh BUILD_DIR          make check-tools
+#   sh tools/test-oobx-run.sh BUILD_DIR long     make test-long-run (10,240 ranks)
 set -u
-run=${1:-build}/bin/oobx-run
+build=${1:-build}
+mode=${2:-}
+run=$build/bin/oobx-run
+hello=$build/docs/hello
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'exec 3>&- 2>/dev/null; rm -rf "$tmp"' EXIT
 pass=0
 fail=0
+skip=0
 
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
+skipped() { skip=$((skip + 1)); echo "skip $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; sed 's/^/     | /' "$tmp/out" "$tmp/err" | head -20; }
 # check NAME EXPECTED_STATUS GREP_PATTERN FILE -- oobx-run args...
 check() {
@@ -28,6 +35,7 @@ check() {
     fi
 }
 
+if [ "$mode" != long ]; then
 check "environment of each rank" 0 '^\[3\] 3 4 127\.0\.0\.1:[0-9]+ lo$' out -- \
     -n 4 -- sh -c 'echo "$OOBX_RANK $OOBX_NRANKS $OOBX_COMM_ID $OOBX_SOCKET_IFNAME"'
 check "one port per root, distinct" 0 '^\[0\] 127\.0\.0\.1:([0-9]+),127\.0\.0\.1:([0-9]+),127\.0\.0\.1:([0-9]+)$' out -- \
@@ -62,5 +70,178 @@ check "lines never mixed" 0 '' out -- -n 16 -- sh -c 'seq 1 5000'
 n=$(grep -Ec '^\[[0-9]+\] [0-9]+$' "$tmp/out")
 if [ "$n" -eq 80000 ]; then ok "80000 whole lines"; else bad "80000 whole lines ($n)"; fi
 
-echo "oobx-run: $pass passed, $fail failed"
+
+# ---- several sub-launchers (small blocks stand in for big jobs) ----
+check "blocks: every line" 0 '^\[9\] 9$' out -- -n 10 --ranks-per-launcher 3 -- sh -c 'echo $OOBX_RANK'
+n=$(grep -Ec '^\[[0-9]\] [0-9]$' "$tmp/out")
+if [ "$n" -eq 10 ]; then ok "blocks: 10 lines"; else bad "blocks: 10 lines ($n)"; fi
+check "blocks: a failure in one ends the others" 1 '^oobx-run: ended by oobx-run: ranks 0-4,6-7$' err -- \
+    -n 8 --ranks-per-launcher 2 -- sh -c '[ $OOBX_RANK = 5 ] && exit 3; sleep 30'
+if grep -q '^oobx-run: failed ranks: 5 (exit 3)$' "$tmp/err" &&
+    grep -q '^oobx-run: rank 5 exited with status 3; ending 7 other ranks$' "$tmp/err"; then
+    ok "blocks: the failed rank named"
+else bad "blocks: the failed rank named"; fi
+check "blocks: deadline" 124 'deadline of 1 s passed; 3 ranks still running: 0,2-3' err -- \
+    -n 4 --ranks-per-launcher 1 --timeout 1 -- sh -c '[ $OOBX_RANK = 1 ] && exit 0; sleep 30'
+check "blocks: SIGKILL after the grace" 124 'sending SIGKILL: 0-1$' err -- \
+    -n 2 --ranks-per-launcher 1 --timeout 0.5 -- sh -c 'trap "" TERM; sleep 30; sleep 30'
+
+# ---- signals: forwarded as SIGTERM, status 128+n ----
+"$run" -n 6 --ranks-per-launcher 2 -- sleep 30 >"$tmp/out" 2>"$tmp/err" &
+top=$!
+sleep 1
+kill -INT $top
+wait $top
+got=$?
+if [ "$got" -eq 130 ] && grep -q '^oobx-run: received SIGINT; ending 6 running ranks$' "$tmp/err" &&
+    grep -q '^oobx-run: ended by oobx-run: ranks 0-5$' "$tmp/err"; then
+    ok "SIGINT ends the ranks, exit 130"
+else echo "     exit status $got"; bad "SIGINT ends the ranks, exit 130"; fi
+
+# ---- the roots' sockets: listening in oobx-run, inherited by the host ranks only ----
+# blocks of 7 ranks over 3 roots: 0-2, 3-4, 5-6
+check "OOBX_ROOT_FD for the first rank of each block" 0 '' out -- -n 7 -r 3 -- sh -c \
+    'n=0; for f in /proc/$$/fd/*; do case $(readlink $f) in socket:*) n=$((n + 1)) ;; esac; done
+     echo "${OOBX_ROOT_FD:-none} $n"'
+got=$(sort "$tmp/out" | sed 's/^\[\([0-9]\)\] [0-9][0-9]* 1$/\1 fd/; s/^\[\([0-9]\)\] none 0$/\1 none/' | tr '\n' ' ')
+if [ "$got" = "0 fd 1 none 2 none 3 fd 4 none 5 fd 6 none " ]; then ok "one listening socket in ranks 0, 3, 5 and none elsewhere"
+else echo "     got: $got"; bad "one listening socket in ranks 0, 3, 5 and none elsewhere"; fi
+OOBX_ROOT_FD=99 check "a caller's OOBX_ROOT_FD does not reach other ranks" 0 '^\[1\] none$' out -- \
+    -n 2 -- sh -c 'echo ${OOBX_ROOT_FD:-none}'
+
+if [ -x "$hello" ]; then
+    check "hello: 64 ranks, 4 roots handed over" 0 '^\[63\] rank 63 of 64 ' out -- \
+        -n 64 -r 4 -t socket --timeout 120 -- "$hello"
+    n=$(grep -Ec '^\[[0-9]+\] rank [0-9]+ of 64 over socket' "$tmp/out")
+    if [ "$n" -eq 64 ]; then ok "hello: 64 ranks answered"; else bad "hello: 64 ranks answered ($n)"; fi
+    check "hello: a root socket on another port is refused" 1 \
+        'rank 0 cannot host root 0 at 127\.0\.0\.1:1: OOBX_ROOT_FD=[0-9]+ listens on 127\.0\.0\.1:[0-9]+, but OOBX_COMM_ID names 127\.0\.0\.1:1 for this root' \
+        err -- -n 2 -t socket --timeout 60 -- sh -c "OOBX_COMM_ID=127.0.0.1:1 exec $hello"
+    check "hello: OOBX_ROOT_FD that is no socket" 1 'OOBX_ROOT_FD=0 is not a socket .*expected a TCP socket listening on 127\.0\.0\.1:[0-9]+' \
+        err -- -n 1 -t socket -- sh -c "OOBX_ROOT_FD=0 exec $hello"
+    check "hello: OOBX_ROOT_FD on a rank that hosts no root" 1 'rank 1: OOBX_ROOT_FD=7 is set, but this rank hosts none' \
+        err -- -n 2 -t socket -- sh -c "OOBX_ROOT_FD=\${OOBX_ROOT_FD:-7} exec $hello"
+    check "hello: OOBX_ROOT_FD not a number" 1 'OOBX_ROOT_FD=x7 is not a file descriptor number' \
+        err -- -n 1 -t socket -- sh -c "OOBX_ROOT_FD=x7 exec $hello"
+else
+    skipped "hello checks: $hello is not built (make $hello)"
+fi
+
+# ---- emulated hosts ----
+check "usage: --hosts with --ipv6" 2 'do not go together' err -- -n 2 --hosts 2 --ipv6 true
+check "usage: more hosts than ranks" 2 'more than the 2 ranks' err -- -n 2 --hosts 3 true
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null 2>&1 || ! ip netns list >/dev/null 2>&1; then
+    skipped "--hosts checks: they need root and a working 'ip netns' (iproute2)"
+else
+    # a namespace left by an oobx-run that was killed (a pid that cannot exist)
+    ip netns add oobx-run-99999999.1-h0 2>/dev/null
+    check "--hosts: ranks in their hosts' namespaces" 0 '' out -- -n 8 --hosts 4 -- sh -c \
+        'echo "$OOBX_COMM_ID $OOBX_SOCKET_IFNAME $(ip -4 -o addr show dev oobx0 | sed "s/.* inet \([^ ]*\) .*/\1/") $(readlink /proc/self/ns/net)"'
+    got=$(sed -n 's/^\[\([0-9]\)\] 10\.77\.0\.1:[0-9]* oobx0 \(10\.77\.0\.[0-9]\/16\) .*/\1 \2/p' "$tmp/out" | sort | tr '\n' ' ')
+    nets=$(sed 's/.* //' "$tmp/out" | sort -u | wc -l)
+    if [ "$got" = "0 10.77.0.1/16 1 10.77.0.1/16 2 10.77.0.2/16 3 10.77.0.2/16 4 10.77.0.3/16 5 10.77.0.3/16 6 10.77.0.4/16 7 10.77.0.4/16 " ] &&
+        [ "$nets" -eq 4 ]; then
+        ok "--hosts: two ranks a host, four namespaces, root on 10.77.0.1"
+    else echo "     got: $got; $nets namespaces"; bad "--hosts: two ranks a host, four namespaces, root on 10.77.0.1"; fi
+    if grep -q 'removed 1 network namespace left by an oobx-run that is gone' "$tmp/err" &&
+        ! ip netns list | grep -q '^oobx-run-99999999\.'; then ok "--hosts: a stale namespace removed"
+    else bad "--hosts: a stale namespace removed"; fi
+    if [ -x "$hello" ]; then
+        check "--hosts 4: hello, 64 ranks, 4 roots" 0 '^\[63\] rank 63 of 64 ' out -- \
+            -n 64 -r 4 --hosts 4 -t socket --timeout 120 -- "$hello"
+        n=$(grep -Ec '^\[[0-9]+\] rank [0-9]+ of 64 over socket' "$tmp/out")
+        if [ "$n" -eq 64 ]; then ok "--hosts 4: 64 ranks answered"; else bad "--hosts 4: 64 ranks answered ($n)"; fi
+    fi
+    check "--hosts: a failing rank" 1 '^oobx-run: failed ranks: 3 \(exit 4\)$' err -- \
+        -n 4 --hosts 2 -- sh -c '[ $OOBX_RANK = 3 ] && exit 4; sleep 30'
+    left=$(ip netns list | sed -n 's/^\(oobx-run-\([0-9]*\)\.[^ ]*\).*/\2 \1/p' |
+        while read -r pid name; do kill -0 "$pid" 2>/dev/null || echo "$name"; done)
+    if [ -n "$left" ]; then
+        echo "$left" | sed 's/^/     | /'
+        bad "--hosts: no namespace left behind"
+    else ok "--hosts: no namespace left behind"; fi
+fi
+fi
+
+# ---- big jobs ----
+
+# children PID: the sub-launchers of oobx-run PID
+children() {
+    if [ -r "/proc/$1/task/$1/children" ]; then cat "/proc/$1/task/$1/children"
+    else ps -o pid= --ppid "$1"; fi
+}
+nfds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+
+# big_lines N: N shell ranks that stay up until every one has printed its
+# line (each then reads one line of a fifo the test fills), while the open
+# descriptors of oobx-run and of its sub-launchers are sampled. Sets
+# big_rc, top_fds, sub_fds, big_s.
+big_lines() {
+    N=$1
+    rm -f "$tmp/go"
+    mkfifo "$tmp/go"
+    exec 3<>"$tmp/go" # a writer from the start: the ranks' opens never block
+    t0=$(date +%s)
+    "$run" -n "$N" --timeout 1200 -- sh -c "echo \$OOBX_RANK; read x <$tmp/go" >"$tmp/out" 2>"$tmp/err" &
+    top=$!
+    top_fds=0 sub_fds=0 fed=0
+    while kill -0 $top 2>/dev/null; do
+        v=$(nfds $top)
+        [ "$v" -gt "$top_fds" ] && top_fds=$v
+        for s in $(children $top); do
+            v=$(nfds "$s")
+            [ "$v" -gt "$sub_fds" ] && sub_fds=$v
+        done
+        if [ "$fed" -eq 0 ] && [ "$(wc -l <"$tmp/out")" -ge "$N" ]; then
+            # every rank is up (the descriptors were just sampled): release them
+            seq "$N" >&3
+            fed=1
+        fi
+        sleep 0.5
+    done
+    wait $top
+    big_rc=$?
+    exec 3>&-
+    big_s=$(($(date +%s) - t0))
+}
+
+check_big_lines() {
+    N=$1
+    big_lines "$N"
+    n=$(grep -Ec '^\[[0-9]+\] [0-9]+$' "$tmp/out")
+    u=$(sed 's/ .*//' "$tmp/out" | sort -u | wc -l)
+    if [ "$big_rc" -eq 0 ] && [ "$n" -eq "$N" ] && [ "$u" -eq "$N" ]; then ok "$N shell ranks, every line (${big_s} s)"
+    else echo "     exit status $big_rc, $n lines, $u ranks"; bad "$N shell ranks, every line"; fi
+    # the top holds two pipes a sub-launcher, a sub-launcher two a rank (at most 1000)
+    if [ "$top_fds" -gt 0 ] && [ "$top_fds" -le 64 ] && [ "$sub_fds" -le 2064 ]; then
+        ok "$N ranks: open files at most $top_fds in oobx-run, $sub_fds in a sub-launcher"
+    else bad "$N ranks: open files at most $top_fds in oobx-run (<= 64), $sub_fds in a sub-launcher (<= 2064)"; fi
+}
+
+if [ "$mode" != long ]; then
+    check_big_lines 4096
+    # rank 2460 is among the first of the fourth of five sub-launchers: the
+    # job ends while most ranks are not started yet, and at once
+    t0=$(date +%s)
+    check "a failure among 4096 ranks" 1 '^oobx-run: failed ranks: 2460 \(exit 3\)$' err -- \
+        -n 4096 -- sh -c '[ $OOBX_RANK = 2460 ] && exit 3; exec sleep 120'
+    if grep -q '^oobx-run: rank 2460 exited with status 3; ending 4095 other ranks$' "$tmp/err" &&
+        grep -Eq '^oobx-run: ended by oobx-run: ranks 0-' "$tmp/err" &&
+        grep -Eq '^oobx-run: not started: ranks [0-9]' "$tmp/err" &&
+        [ $(($(date +%s) - t0)) -lt 60 ]; then ok "4096 ranks: the others ended ($(($(date +%s) - t0)) s)"
+    else bad "4096 ranks: the others ended"; fi
+else
+    check_big_lines 10240
+    if [ -x "$hello" ]; then
+        t0=$(date +%s)
+        OOBX_TIMEOUT_MS=${OOBX_TIMEOUT_MS:-1700000} check "hello: 10240 ranks, 16 roots" 0 '^\[10239\] rank 10239 of 10240 ' out -- \
+            -n 10240 -r 16 -t socket --timeout 1800 -- "$hello"
+        n=$(grep -Ec '^\[[0-9]+\] rank [0-9]+ of 10240 over socket' "$tmp/out")
+        if [ "$n" -eq 10240 ]; then ok "hello: 10240 ranks answered ($(($(date +%s) - t0)) s)"
+        else bad "hello: 10240 ranks answered ($n)"; fi
+    else
+        skipped "hello: $hello is not built"
+    fi
+fi
+echo "oobx-run: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

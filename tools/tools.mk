@@ -32,7 +32,11 @@ $(BUILD)/install/oobx-info: $(OBJDIR)/tools/oobx-info.o $(CORE_OBJ) $(MODDIR_INS
 oobx-run: $(BINDIR)/oobx-run
 .PHONY: oobx-run
 
-# oobx-run's own checks (shell ranks; no library needed)
-check-tools: $(BINDIR)/oobx-run
+# oobx-run's own checks: shell ranks (4096 of them among others), and the
+# root socket hand-off with real ranks of docs/hello (which needs the library)
+check-tools: $(BINDIR)/oobx-run $(BUILD)/docs/hello
 	@sh tools/test-oobx-run.sh $(BUILD)
-.PHONY: check-tools
+# 10,240 shell ranks, and 10,240 ranks of docs/hello over 16 roots (long)
+test-long-run: $(BINDIR)/oobx-run $(BUILD)/docs/hello
+	@sh tools/test-oobx-run.sh $(BUILD) long
+.PHONY: check-tools test-long-run
