@@ -11,10 +11,23 @@ TEST_CMOCKA  := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null || echo -lcmocka
 
 # unit tests: linked with the static library so that internals are reachable
 TEST_UNIT_SRC := $(wildcard tests/unit/test_*.c)
-ifneq ($(HAVE_UCX),1)
+ifeq ($(UCX_OBJ),)
 TEST_UNIT_SRC := $(filter-out tests/unit/test_ucx_%,$(TEST_UNIT_SRC))
 endif
+# the emulated RDMA device's tests (test_verbs_emu) need its objects, the verbs
+# transport's (test_verbs_tp) the transport's objects as well
+ifeq ($(VERBS_EMU_OBJ),)
+TEST_UNIT_SRC := $(filter-out tests/unit/test_verbs_%,$(TEST_UNIT_SRC))
+endif
+ifeq ($(VERBS_OBJ),)
+TEST_UNIT_SRC := $(filter-out tests/unit/test_verbs_tp.c,$(TEST_UNIT_SRC))
+endif
 TEST_UNIT_BIN := $(patsubst tests/unit/%.c,$(TEST_BUILD)/unit/%,$(TEST_UNIT_SRC))
+
+# the transport contract: one program for every transport (OOBX_TEST_TP=socket|ucx|verbs)
+# that gets the ops as the core does (oobx__tp_lookup), so ucx and verbs are
+# tested as the module files of the build tree
+TEST_CONTRACT_BIN := $(TEST_BUILD)/contract/test_tp_contract
 
 # multi-rank suites: linked with the shared library, so transport modules load
 TEST_SUITE_BIN := $(patsubst tests/%.c,$(TEST_BUILD)/%,$(wildcard tests/conformance/conformance.c tests/fault/fault.c))
@@ -39,12 +52,13 @@ FUZZ_REGRESS_OBJ := $(OBJDIR)/tests/fuzz/regress.o $(patsubst %,$(OBJDIR)/tests/
 .SECONDARY: $(FUZZ_REGRESS_OBJ) $(FUZZ_WIRE_OBJ) $(OBJDIR)/tests/harness.o
 
 ifeq ($(HAVE_CMOCKA),1)
-ALL_TARGETS += $(TEST_UNIT_BIN) $(TEST_SUITE_BIN)
+ALL_TARGETS += $(TEST_UNIT_BIN) $(TEST_SUITE_BIN) $(TEST_CONTRACT_BIN)
 endif
 ALL_TARGETS += $(FUZZ_REGRESS_BIN)
 
 TEST_UNIT_UCX_BIN  := $(filter $(TEST_BUILD)/unit/test_ucx_%,$(TEST_UNIT_BIN))
-TEST_UNIT_CORE_BIN := $(filter-out $(TEST_UNIT_UCX_BIN),$(TEST_UNIT_BIN))
+TEST_UNIT_VERBS_BIN := $(filter $(TEST_BUILD)/unit/test_verbs_%,$(TEST_UNIT_BIN))
+TEST_UNIT_CORE_BIN := $(filter-out $(TEST_UNIT_UCX_BIN) $(TEST_UNIT_VERBS_BIN),$(TEST_UNIT_BIN))
 $(TEST_UNIT_CORE_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(LIBOOBX_INT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS) $(TEST_CMOCKA)
@@ -54,6 +68,17 @@ $(TEST_UNIT_UCX_BIN): $(TEST_BUILD)/unit/%: $(OBJDIR)/tests/unit/%.o $(UCX_OBJ) 
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(UCX_OBJ) $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS) $(shell $(PKG_CONFIG) --libs ucx 2>/dev/null) $(TEST_CMOCKA)
 
+# the verbs transport's own test: linked with the emulated device's objects
+# instead of libibverbs/librdmacm, so it always runs on the emulation
+$(OBJDIR)/tests/unit/test_verbs_%.o: CPPFLAGS += -Iverbs -Iverbs/emu
+$(TEST_BUILD)/unit/test_verbs_tp: $(OBJDIR)/tests/unit/test_verbs_tp.o $(VERBS_OBJ) $(VERBS_EMU_OBJ) $(LIBOOBX_INT_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(VERBS_OBJ) $(VERBS_EMU_OBJ) $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS) $(TEST_CMOCKA)
+
+$(TEST_CONTRACT_BIN): $(OBJDIR)/tests/contract/test_tp_contract.o $(LIBOOBX_INT_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS) $(TEST_CMOCKA)
+
 $(TEST_BUILD)/conformance/conformance: $(OBJDIR)/tests/conformance/conformance.o $(TEST_HARNESS_OBJ) $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(TEST_SUITE_LDFLAGS) $(TEST_CMOCKA)
@@ -61,6 +86,41 @@ $(TEST_BUILD)/conformance/conformance: $(OBJDIR)/tests/conformance/conformance.o
 $(TEST_BUILD)/fault/fault: $(OBJDIR)/tests/fault/fault.o $(TEST_HARNESS_OBJ) $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o,$^) $(TEST_SUITE_LDFLAGS) $(TEST_CMOCKA)
+
+# ---- the emulated RDMA device's tests (the device itself: verbs/emu/emu.mk) ----------
+#   make check-verbs-emu    test_verbs_emu, which also runs the LD_PRELOAD checks
+ifneq ($(VERBS_EMU_OBJ),)
+# the LD_PRELOAD check: linked with the real libraries, run with and without the emulation
+VERBS_EMU_PRELOAD_CHECK := $(TEST_BUILD)/verbs-emu/preload_check
+$(VERBS_EMU_PRELOAD_CHECK): $(OBJDIR)/tests/verbs-emu/preload_check.o
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LDFLAGS) $(shell $(PKG_CONFIG) --libs librdmacm libibverbs)
+# the same as a module loaded with dlopen by a program that links neither library
+VERBS_EMU_PRELOAD_DLOPEN := $(TEST_BUILD)/verbs-emu/preload_dlopen
+VERBS_EMU_PRELOAD_MOD := $(TEST_BUILD)/verbs-emu/preload_check_mod.so
+$(OBJDIR)/tests/verbs-emu/preload_check_mod.o: tests/verbs-emu/preload_check.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=default -DPRELOAD_MODULE -MMD -MP -c $< -o $@
+$(VERBS_EMU_PRELOAD_MOD): $(OBJDIR)/tests/verbs-emu/preload_check_mod.o
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $< $(LDFLAGS) $(shell $(PKG_CONFIG) --libs librdmacm libibverbs)
+$(VERBS_EMU_PRELOAD_DLOPEN): $(OBJDIR)/tests/verbs-emu/preload_dlopen.o | $(VERBS_EMU_PRELOAD_MOD)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LDFLAGS) -ldl
+ALL_TARGETS += $(VERBS_EMU_PRELOAD_CHECK) $(VERBS_EMU_PRELOAD_DLOPEN) $(VERBS_EMU_PRELOAD_MOD)
+
+# the device's own test: linked with its objects, not with -libverbs/-lrdmacm;
+# runs the preload checks too (it finds them in ../verbs-emu/)
+VERBS_EMU_TEST := $(TEST_BUILD)/unit/test_verbs_emu
+$(VERBS_EMU_TEST): $(OBJDIR)/tests/unit/test_verbs_emu.o $(VERBS_EMU_OBJ) | $(VERBS_EMU_SO) $(VERBS_EMU_PRELOAD_CHECK) $(VERBS_EMU_PRELOAD_DLOPEN)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(VERBS_EMU_OBJ) $(LDFLAGS) $(TEST_CMOCKA)
+ifeq ($(HAVE_CMOCKA),1)
+check-verbs-emu: $(VERBS_EMU_TEST) $(VERBS_EMU_SO) $(VERBS_EMU_PRELOAD_CHECK) $(VERBS_EMU_PRELOAD_DLOPEN)
+	timeout -k 5 300 $(VERBS_EMU_TEST)
+.PHONY: check-verbs-emu
+endif
+endif
 
 $(TEST_BUILD)/fuzz/regress_%: $(OBJDIR)/tests/fuzz/fuzz_%.o $(OBJDIR)/tests/fuzz/regress.o $(FUZZ_WIRE_OBJ) $(LIBOOBX_INT_A)
 	@mkdir -p $(dir $@)

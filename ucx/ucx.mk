@@ -9,14 +9,17 @@ $(UCX_SO): $(UCX_OBJ) $(MODULE_CORE_OBJ)
 	$(CC) $(MODULE_LDFLAGS) -o $@ $(UCX_OBJ) $(MODULE_CORE_OBJ) $(shell $(PKG_CONFIG) --libs ucx)
 ALL_TARGETS += $(UCX_SO)
 MODULE_SOS += $(UCX_SO)
-# the transport's own test under each UCX transport selection (loopback only)
+# the transport's own test and the transport contract (over the module file)
+# under each UCX transport selection (loopback only)
 UCX_UNIT_TLS := tcp posix,self sysv,self cma,tcp,self default
-check-ucx-unit: $(BUILD)/tests/unit/test_ucx_tp $(BUILD)/tests/unit/test_ringbuf
+check-ucx-unit: $(BUILD)/tests/unit/test_ucx_tp $(BUILD)/tests/unit/test_ringbuf $(BUILD)/tests/contract/test_tp_contract $(UCX_SO)
 	@$(BUILD)/tests/unit/test_ringbuf
 	@set -e; for tls in $(UCX_UNIT_TLS); do \
-	    echo "==== test_ucx_tp UCX_TLS=$$tls"; \
 	    if [ $$tls = default ]; then unset UCX_TLS; else export UCX_TLS=$$tls; fi; \
+	    echo "==== test_ucx_tp UCX_TLS=$$tls"; \
 	    UCX_NET_DEVICES=lo timeout -k 5 300 $(BUILD)/tests/unit/test_ucx_tp; \
+	    echo "==== test_tp_contract OOBX_TEST_TP=ucx UCX_TLS=$$tls"; \
+	    OOBX_TEST_TP=ucx UCX_NET_DEVICES=lo timeout -k 5 300 $(BUILD)/tests/contract/test_tp_contract; \
 	done
 .PHONY: check-ucx-unit
 else

@@ -10,17 +10,7 @@ $(VERBS_SO): $(VERBS_OBJ) $(MODULE_CORE_OBJ)
 	$(CC) $(MODULE_LDFLAGS) -o $@ $(VERBS_OBJ) $(MODULE_CORE_OBJ) -lrdmacm -libverbs
 ALL_TARGETS += $(VERBS_SO)
 MODULE_SOS += $(VERBS_SO)
-# the transport's own unit test: linked with the emulated device's objects
-# instead of libibverbs/librdmacm, so it always runs on the emulation
-VERBS_TEST := $(BUILD)/tests/unit/test_verbs_tp
-$(OBJDIR)/verbs/test_verbs_tp.o: CPPFLAGS += -Itests -Iverbs $(shell $(PKG_CONFIG) --cflags cmocka 2>/dev/null)
-$(VERBS_TEST): $(OBJDIR)/verbs/test_verbs_tp.o $(VERBS_OBJ) $(VERBS_EMU_OBJ) $(LIBOOBX_INT_A)
-	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(OBJDIR)/verbs/test_verbs_tp.o $(VERBS_OBJ) $(VERBS_EMU_OBJ) $(LIBOOBX_INT_A) $(LDFLAGS) $(LIB_LIBS) $(TEST_CMOCKA)
-.SECONDARY: $(OBJDIR)/verbs/test_verbs_tp.o
-ifeq ($(HAVE_CMOCKA)$(if $(VERBS_EMU_OBJ),1),11)
-ALL_TARGETS += $(VERBS_TEST)
-endif
+# its own unit test is tests/unit/test_verbs_tp.c (rules in tests/tests.mk)
 else
 $(info oobx: libibverbs/librdmacm not found (pkg-config) or verbs/ empty; the verbs transport is not built)
 endif

@@ -1,22 +1,23 @@
-/* The UCX transport on its own: instances in one process (and one forked
- * peer) joined by a fake core sink. Run under several UCX_TLS settings by
- * `make check-ucx`. */
+/* What is particular to the UCX transport: the ring link modes of
+ * OOBX_UCX_RING (put, tag, auto) and that setting itself. Instances in one
+ * process joined by a fake core sink. Run under several UCX_TLS settings by
+ * `make check-ucx-unit`, next to the transport contract
+ * (tests/contract/test_tp_contract.c with OOBX_TEST_TP=ucx), which holds what
+ * every transport must do (addresses, messages, failures, destroy, waiting). */
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "tp_module.h"
 #include "transport.h"
+#include "ucx_int.h"
 #include "util.h"
 
 extern const oobx_tp_ops_t oobx_ucx_ops;
@@ -193,6 +194,28 @@ static void exchange(node_t *nodes, int n, int from, int to, const size_t *sizes
 
 static const size_t mixed[] = {0, 1, 65536, 4u << 20, 7, 8192, 8193, 100000, 0, 3u << 20, 12345, 1};
 
+/* 1 when rank's sends to its ring successor go through the successor's ring buffer */
+static int ring_active(node_t *n)
+{
+    return ((ucx_tp_t *)n->tp)->rtx.active;
+}
+
+/* put: the ring link is used (ucp_put_nbx or a mapped ring); tag: never;
+ * auto: as UCX's lanes suggest (printed). */
+static void check_ring_mode(node_t *nodes, int n, const char *ring_mode)
+{
+    for (int i = 0; i < n; i++) {
+        int active = ring_active(&nodes[i]);
+        if (i == 0) print_message("OOBX_UCX_RING=%s: ring link %s\n", ring_mode, active ? "used" : "not used");
+        if (!strcmp(ring_mode, "put")) assert_int_equal(active, 1);
+        if (!strcmp(ring_mode, "tag")) assert_int_equal(active, 0);
+        assert_int_equal(((ucx_tp_t *)nodes[i].tp)->ring_mode,
+                         !strcmp(ring_mode, "put")   ? UCX_RING_PUT
+                         : !strcmp(ring_mode, "tag") ? UCX_RING_TAG
+                                                     : UCX_RING_AUTO);
+    }
+}
+
 static void test_pair(const char *ring_mode)
 {
     node_t *nodes = calloc(2, sizeof(node_t));
@@ -204,6 +227,7 @@ static void test_pair(const char *ring_mode)
     size_t small[100];
     for (int i = 0; i < 100; i++) small[i] = (size_t)(i * 13) % 300;
     exchange(nodes, 2, 0, 1, small, 100);
+    check_ring_mode(nodes, 2, ring_mode);
     for (int i = 0; i < 2; i++) node_fini(&nodes[i]);
     free(nodes);
 }
@@ -236,116 +260,47 @@ static void test_three_ring(void **state)
         exchange(nodes, 3, i, (i + 1) % 3, mixed, (int)OOBX_ARRAY_SIZE(mixed));
         exchange(nodes, 3, i, (i + 2) % 3, mixed, 4);
     }
+    /* the path is chosen at the first send after the successor's ring set-up
+     * came in: rank 0's first sends went before it */
+    for (int i = 0; i < 3; i++) exchange(nodes, 3, i, (i + 1) % 3, mixed, 4);
+    check_ring_mode(nodes, 3, "put");
     for (int i = 0; i < 3; i++) node_fini(&nodes[i]);
     free(nodes);
 }
 
-static void test_bad_blob(void **state)
+/* OOBX_UCX_RING is the transport's own setting: in its table, read at
+ * create, and a value it does not know is refused naming it. */
+static void test_ring_setting(void **state)
 {
     (void)state;
+    const oobx_setting_desc_t *d = oobx_ucx_ops.settings;
+    while (d->name && strcmp(d->name, "OOBX_UCX_RING")) d++;
+    assert_non_null(d->name);
+    assert_string_equal(d->def, "auto");
     node_t *n = calloc(1, sizeof(node_t));
-    node_init(n, 0, 2, "auto");
-    unsigned char junk[64] = {1, 2, 3};
-    assert_int_equal(oobx_ucx_ops.set_peer(n->tp, 1, junk, sizeof(junk)), OOBX_ERR_PROTOCOL);
-    assert_int_equal(oobx_ucx_ops.set_peer(n->tp, 1, junk, 3), OOBX_ERR_PROTOCOL);
-    unsigned char blob[OOBX_ADDR_MAX];
-    size_t len = sizeof(blob);
-    assert_int_equal(oobx_ucx_ops.address(n->tp, blob, &len), 0);
-    assert_int_equal(oobx_ucx_ops.set_peer(n->tp, 1, blob, len - 1), OOBX_ERR_PROTOCOL);
-    size_t small = 10;
-    assert_int_equal(oobx_ucx_ops.address(n->tp, blob, &small), OOBX_ERR_INVALID);
-    char name[128];
-    oobx_ucx_ops.peer_name(n->tp, 1, name, sizeof(name));
-    assert_non_null(strstr(name, "rank 1"));
-    node_fini(n);
+    setenv("OOBX_UCX_RING", "sideways", 1);
+    n->set.timeout_ms = 20000;
+    n->log.level = OOBX_LOG_NONE;
+    n->log.fp = stderr;
+    n->log.api = &oobx__core_api;
+    oobx_tp_params_t p = {
+        .rank = 0,
+        .nranks = 2,
+        .magic = 1,
+        .settings = &n->set,
+        .log = &n->log,
+        .sink = {.core = n, .msg_begin = sink_begin, .msg_end = sink_end, .peer_failed = sink_failed},
+        .wake_fd = -1,
+        .core = &oobx__core_api,
+    };
+    oobx_tp_t *tp = NULL;
+    assert_int_equal(oobx_ucx_ops.create(&p, &tp), OOBX_ERR_INVALID);
+    assert_null(tp);
+    print_message("%s\n", oobx_last_error());
+    assert_non_null(strstr(oobx_last_error(), "OOBX_UCX_RING"));
+    assert_non_null(strstr(oobx_last_error(), "sideways"));
+    unsetenv("OOBX_UCX_RING");
     free(n);
-    oobx_ucx_ops.destroy(NULL);
-}
-
-static int saw_failure(node_t *nodes, int n, void *arg)
-{
-    (void)n;
-    (void)arg;
-    return nodes[0].failed[1] > 0;
-}
-
-static int got_one(node_t *nodes, int n, void *arg)
-{
-    (void)n;
-    (void)arg;
-    return nodes[0].nended > 0;
-}
-
-/* A forked peer that dies: its death is reported once, as OOBX_ERR_REMOTE. */
-static void test_peer_killed(void **state)
-{
-    (void)state;
-    int to_child[2], to_parent[2];
-    assert_int_equal(pipe(to_child), 0);
-    assert_int_equal(pipe(to_parent), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        node_t *c = calloc(1, sizeof(node_t));
-        node_init(c, 1, 2, "auto");
-        unsigned char blob[OOBX_ADDR_MAX];
-        size_t len = sizeof(blob);
-        oobx_ucx_ops.address(c->tp, blob, &len);
-        if (write(to_parent[1], &len, sizeof(len)) != sizeof(len) || write(to_parent[1], blob, len) != (ssize_t)len)
-            _exit(2);
-        if (read(to_child[0], &len, sizeof(len)) != sizeof(len) || read(to_child[0], blob, len) != (ssize_t)len)
-            _exit(2);
-        oobx_ucx_ops.set_peer(c->tp, 0, blob, len);
-        oobx_ucx_ops.ring(c->tp, 0, 0);
-        unsigned char hello[100] = "hello";
-        oobx_tp_req_t req = {0};
-        oobx_msg_hdr_t h = {.ctx = 1, .tag = 5, .len = sizeof(hello), .src = 1, .kind = OOBX_MSG_P2P};
-        oobx_ucx_ops.send(c->tp, 0, &h, hello, &req);
-        for (;;) {
-            oobx_ucx_ops.progress(c->tp);
-            usleep(1000);
-        }
-    }
-    node_t *nodes = calloc(1, sizeof(node_t));
-    node_init(&nodes[0], 0, 2, "auto");
-    unsigned char blob[OOBX_ADDR_MAX];
-    size_t len = 0;
-    assert_int_equal(read(to_parent[0], &len, sizeof(len)), (ssize_t)sizeof(len));
-    assert_true(len <= sizeof(blob));
-    assert_int_equal(read(to_parent[0], blob, len), (ssize_t)len);
-    assert_int_equal(oobx_ucx_ops.set_peer(nodes[0].tp, 1, blob, len), 0);
-    len = sizeof(blob);
-    assert_int_equal(oobx_ucx_ops.address(nodes[0].tp, blob, &len), 0);
-    assert_int_equal(write(to_child[1], &len, sizeof(len)), (ssize_t)sizeof(len));
-    assert_int_equal(write(to_child[1], blob, len), (ssize_t)len);
-    assert_int_equal(oobx_ucx_ops.ring(nodes[0].tp, 1, 1), 0);
-    assert_int_equal(run_until(nodes, 1, got_one, NULL, 20000), 0);
-    assert_string_equal((char *)nodes[0].msgs[0].buf, "hello");
-
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    uint64_t t0 = oobx__now_ns();
-    /* the death is seen without sending anything (the core may only be waiting) */
-    assert_int_equal(run_until(nodes, 1, saw_failure, NULL, 20000), 0);
-    fprintf(stderr, "  [failure seen after %.2f s]\n", (double)(oobx__now_ns() - t0) / 1e9);
-    assert_int_equal(nodes[0].failed[1], 1);
-    assert_int_equal(nodes[0].fail_status[1], OOBX_ERR_REMOTE);
-    /* later sends fail at once, leaving the request alone */
-    unsigned char data[1 << 16];
-    memset(data, 1, sizeof(data));
-    oobx_tp_req_t req = {.done = 7, .status = 7};
-    oobx_msg_hdr_t h = {.ctx = 1, .tag = 6, .len = sizeof(data), .src = 0, .kind = OOBX_MSG_P2P};
-    assert_int_equal(oobx_ucx_ops.send(nodes[0].tp, 1, &h, data, &req), OOBX_ERR_REMOTE);
-    assert_int_equal(req.done, 7);
-    for (int i = 0; i < 10; i++) assert_int_equal(oobx_ucx_ops.progress(nodes[0].tp), 0);
-    assert_int_equal(nodes[0].failed[1], 1);
-    node_fini(&nodes[0]);
-    free(nodes);
-    close(to_child[0]);
-    close(to_child[1]);
-    close(to_parent[0]);
-    close(to_parent[1]);
 }
 
 int main(void)
@@ -353,12 +308,11 @@ int main(void)
     /* loopback only, unless the caller chose devices */
     setenv("UCX_NET_DEVICES", "lo", 0);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_blob),
+        cmocka_unit_test(test_ring_setting),
         cmocka_unit_test(test_pair_tag),
         cmocka_unit_test(test_pair_ring),
         cmocka_unit_test(test_pair_auto),
         cmocka_unit_test(test_three_ring),
-        cmocka_unit_test(test_peer_killed),
     };
     return cmocka_run_group_tests_name("ucx transport", tests, NULL, NULL);
 }
