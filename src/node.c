@@ -36,6 +36,7 @@ typedef struct node_hdr {
     uint32_t ncards; /* cards in the table */
     uint32_t pad;
     uint64_t data_bytes; /* each of the allgather's two buffers */
+    uint64_t heap_used;  /* bytes of the card heap handed out */
     char error[NODE_ERROR_MAX];
 } node_hdr_t;
 
@@ -58,17 +59,20 @@ typedef struct node_ag {
     char error[NODE_ERROR_MAX];
 } node_ag_t;
 
+/* The table is an index of N slots and a heap the cards are packed into, so
+ * that a rank reading every card touches few pages (a card is tens of bytes;
+ * its slot's room, OOBX_ADDR_MAX, is reserved but never touched). */
 typedef struct node_slot {
-    uint32_t len; /* 0: not in yet */
-    uint32_t pad;
-    unsigned char card[];
+    uint32_t len; /* 0: not in yet; NODE_SLOT_BUSY: being written */
+    uint32_t off; /* in the heap, in 8-byte units */
 } node_slot_t;
+#define NODE_SLOT_BUSY 0xffffffffu
 
 struct oobx__node {
     oobx__node_params_t p;
     unsigned char *base;
     size_t size;
-    size_t slot_bytes;
+    size_t heap_off, heap_bytes; /* the card heap */
     size_t ag_off;     /* offset of the node_ag_t */
     size_t data_off;   /* offset of the two data buffers, p.data_bytes each */
     int named;         /* a file in p.dir (else private memory: a group of one) */
@@ -97,7 +101,7 @@ static node_ag_t *ag(const oobx__node_t *n)
 
 static node_slot_t *slot(const oobx__node_t *n, int rank)
 {
-    return (node_slot_t *)(n->base + NODE_HDR_BYTES + members_bytes(n->p.local_size) + (size_t)rank * n->slot_bytes);
+    return (node_slot_t *)(n->base + NODE_HDR_BYTES + members_bytes(n->p.local_size)) + rank;
 }
 
 static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
@@ -117,6 +121,17 @@ static void wait_slice(const oobx__node_t *n, uint32_t *word, uint32_t seen)
     if (ms < 0 || ms > NODE_SLICE_MS) ms = NODE_SLICE_MS;
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     futex(word, FUTEX_WAIT, seen, &ts);
+}
+
+#define NODE_CHECK_NS 100000000ull /* how often a waiter looks at the pids of the ranks it waits for */
+
+/* 1 once per NODE_CHECK_NS: the first time when that much has passed. */
+static int time_to_check(uint64_t *at)
+{
+    uint64_t now = oobx__now_ns();
+    if (now < *at) return 0;
+    *at = now + NODE_CHECK_NS;
+    return 1;
 }
 
 static int pid_dead(uint32_t pid)
@@ -249,9 +264,10 @@ static int open_existing(oobx__node_t *n)
 
 static void layout(oobx__node_t *n)
 {
-    n->slot_bytes = (sizeof(node_slot_t) + n->p.card_cap + 7) & ~(size_t)7;
-    n->ag_off = NODE_HDR_BYTES + members_bytes(n->p.local_size) + (size_t)n->p.nranks * n->slot_bytes;
-    n->ag_off = (n->ag_off + 4095) & ~(size_t)4095;
+    n->heap_off = NODE_HDR_BYTES + members_bytes(n->p.local_size) + (size_t)n->p.nranks * sizeof(node_slot_t);
+    n->heap_off = (n->heap_off + 4095) & ~(size_t)4095;
+    n->heap_bytes = (size_t)n->p.nranks * ((n->p.card_cap + 7) & ~(size_t)7);
+    n->ag_off = (n->heap_off + n->heap_bytes + 4095) & ~(size_t)4095;
     n->data_off = n->ag_off + ((sizeof(node_ag_t) + 4095) & ~(size_t)4095);
     n->size = n->data_off + 2 * ((n->p.data_bytes + 4095) & ~(size_t)4095);
 }
@@ -317,9 +333,15 @@ int oobx__node_put(oobx__node_t *n, int rank, const void *card, size_t len)
         return oobx__fail(n->p.log, OOBX_ERR_PROTOCOL, "rank %d: a card of %zu bytes for rank %d (job of %d, at most %zu bytes)",
                           n->p.rank, len, rank, n->p.nranks, n->p.card_cap);
     node_slot_t *s = slot(n, rank);
-    if (__atomic_load_n(&s->len, __ATOMIC_ACQUIRE) != 0)
+    uint32_t zero = 0;
+    if (!__atomic_compare_exchange_n(&s->len, &zero, NODE_SLOT_BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return oobx__fail(n->p.log, OOBX_ERR_PROTOCOL, "rank %d: the card of rank %d came twice", n->p.rank, rank);
-    memcpy(s->card, card, len);
+    size_t room = (len + 7) & ~(size_t)7;
+    uint64_t off = __atomic_fetch_add(&hdr(n)->heap_used, room, __ATOMIC_ACQ_REL);
+    if (off + room > n->heap_bytes) /* every rank has a card's room; more means a rank wrote twice */
+        return oobx__fail(n->p.log, OOBX_ERR_INTERNAL, "rank %d: the host's card heap is full", n->p.rank);
+    memcpy(n->base + n->heap_off + off, card, len);
+    __atomic_store_n(&s->off, (uint32_t)(off / 8), __ATOMIC_RELAXED);
     __atomic_store_n(&s->len, (uint32_t)len, __ATOMIC_RELEASE);
     __atomic_add_fetch(&hdr(n)->ncards, 1, __ATOMIC_RELEASE);
     return 0;
@@ -330,9 +352,11 @@ const unsigned char *oobx__node_card(const oobx__node_t *n, int rank, size_t *le
     if (rank < 0 || rank >= n->p.nranks) return NULL;
     const node_slot_t *s = slot(n, rank);
     uint32_t l = __atomic_load_n(&s->len, __ATOMIC_ACQUIRE);
-    if (l == 0 || l > n->p.card_cap) return NULL;
+    if (l == 0 || l > n->p.card_cap) return NULL; /* not in, or being written */
+    size_t off = (size_t)__atomic_load_n(&s->off, __ATOMIC_RELAXED) * 8;
+    if (off + l > n->heap_bytes) return NULL;
     *len = l;
-    return s->card;
+    return n->base + n->heap_off + off;
 }
 
 int oobx__node_count(const oobx__node_t *n)
@@ -354,10 +378,12 @@ static int cancelled(const oobx__node_t *n)
 int oobx__node_wait_members(oobx__node_t *n, const int *members)
 {
     node_hdr_t *h = hdr(n);
+    uint64_t check_at = oobx__now_ns() + NODE_CHECK_NS;
     for (;;) {
         uint32_t r = __atomic_load_n(&h->ready, __ATOMIC_ACQUIRE);
         if (r >= (uint32_t)n->p.local_size) return 0;
-        for (int k = 0; k < n->p.local_size; k++) {
+        int check = time_to_check(&check_at);
+        for (int k = 0; check && k < n->p.local_size; k++) {
             node_member_t *m = member(n, k);
             uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
             size_t l;
@@ -398,6 +424,7 @@ void oobx__node_finish(oobx__node_t *n, int status, const char *text)
 int oobx__node_wait_finish(oobx__node_t *n)
 {
     node_hdr_t *h = hdr(n);
+    uint64_t check_at = oobx__now_ns() + NODE_CHECK_NS;
     for (;;) {
         int32_t st = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
         if (st == 1) return 0;
@@ -408,7 +435,7 @@ int oobx__node_wait_finish(oobx__node_t *n)
                               n->p.leader, text);
         }
         uint32_t lpid = __atomic_load_n(&member(n, 0)->pid, __ATOMIC_ACQUIRE);
-        if (pid_dead(lpid))
+        if (time_to_check(&check_at) && pid_dead(lpid))
             return oobx__fail(n->p.log, OOBX_ERR_REMOTE,
                               "rank %d: rank %d (pid %u), the leader of this host's %d ranks, died during the exchange",
                               n->p.rank, n->p.leader, lpid, n->p.local_size);
@@ -491,12 +518,15 @@ static void ag_late(const oobx__node_t *n, char *out, size_t len)
  * pid of the rank whose death would leave this wait hanging (0: none). */
 static int ag_wait(const oobx__node_t *n, uint32_t *word, uint32_t want, const char *what, int watch_index)
 {
+    uint64_t check_at = oobx__now_ns() + NODE_CHECK_NS;
     for (;;) {
         uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
         if ((int32_t)(v - want) >= 0) return 0;
         int rc = ag_failed(n);
         if (rc) return rc;
-        if (watch_index >= 0) {
+        if (!time_to_check(&check_at)) {
+            /* pids are looked at every NODE_CHECK_NS, not at every wake-up */
+        } else if (watch_index >= 0) {
             node_member_t *m = member(n, watch_index);
             uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
             if (pid_dead(pid))
