@@ -192,6 +192,15 @@ static void ucx_peer_drop(ucx_tp_t *tp, int peer)
         r = next;
     }
     p->rx_head = p->rx_tail = NULL;
+    /* Sends to it still in UCX's hands fail now: without error handling (same-host
+     * peers) UCX may never complete them. The core's record is done; the UCX
+     * request finishes (or is cancelled at destroy) on its own. */
+    for (ucx_sreq_t *s = tp->live; s; s = s->live_next)
+        if (s->peer == peer && s->req && !tp->destroying) {
+            s->req->status = oobx__peer_fail_status(&p->fail);
+            s->req->done = 1;
+            s->req = NULL;
+        }
     if (tp->rrx.cur && tp->rrx.peer == peer) tp->rrx.cur = NULL;
     if (tp->rtx.peer == peer) {
         for (ucx_sreq_t *s = tp->rtx.q_head; s;) {

@@ -33,7 +33,8 @@ typedef struct ucx_sreq {
     struct ucx_sreq *next;      /* ring send queue */
     struct ucx_sreq *live_prev, *live_next; /* every unfinished send of the instance */
     ucx_tp_t *tp;
-    oobx_tp_req_t *req;         /* the core's record, NULL for control messages */
+    oobx_tp_req_t *req;         /* the core's record, NULL for control messages (or once failed early) */
+    int peer;                   /* where it goes (-1: not a core send) */
     oobx_msg_hdr_t hdr;         /* wire copy of the header */
     const void *payload;
     ucp_dt_iov_t iov[2];

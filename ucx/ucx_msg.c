@@ -44,8 +44,10 @@ static ucx_sreq_t *ucx_sreq_new(ucx_tp_t *tp, size_t extra)
         tp->sreq_pool = s->next;
         tp->nsreq_pool--;
         memset(s, 0, offsetof(ucx_sreq_t, ctrl));
+        s->peer = -1;
     } else {
         s = calloc(1, sizeof(*s) + extra);
+        if (s) s->peer = -1;
         if (!s) return NULL;
     }
     s->poolable = extra == 0;
@@ -182,6 +184,7 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
     ucx_sreq_t *s = ucx_sreq_new(tp, 0);
     if (!s) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory sending to rank %d", peer);
     s->req = req;
+    s->peer = peer;
     s->hdr = *hdr;
     s->payload = payload;
     req->done = 0;

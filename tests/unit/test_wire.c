@@ -104,6 +104,7 @@ static void report_bytes(unsigned char *b, int32_t rank, int32_t nranks, int32_t
     le32(b + 12, (uint32_t)nroots);
     le32(b + 16, tpid);
     le32(b + 20, blob_len);
+    le32(b + 24, 5000); /* wait_ms */
 }
 
 static void test_report(void **state)
@@ -162,7 +163,7 @@ static void test_reply(void **state)
     le32(b, (uint32_t)-1000);
     EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, 0);
-    le32(b + 4, OOBX_ADDR_MAX + 1);
+    le32(b + 4, (uint32_t)OOBX_PLACE_MAX(OOBX_NRANKS_MAX) + 1); /* more than any placement */
     EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, (uint32_t)OOBX_ERR_REMOTE);
     le32(b + 4, OOBX_REPLY_TEXT_MAX + 1);
@@ -225,10 +226,57 @@ static void test_small_why(void **state)
     assert_int_equal(why[5], 'x');
 }
 
+/* Node-aware placements: a leader's with members and a card, a member's, and what is refused. */
+static void test_place(void **state)
+{
+    (void)state;
+    unsigned char b[OOBX_PLACE_BYTES + 4 * 3 + 40];
+    char why[300];
+    oobx_place_t p = {.epoch = 7, .host = 9, .local_index = 0, .local_size = 3, .leader = 4, .next_leader = 8,
+                      .prev_leader = 1, .nmembers = 3, .next_len = 40};
+    oobx__place_encode(&p, b);
+    le32(b + OOBX_PLACE_BYTES, 4);
+    le32(b + OOBX_PLACE_BYTES + 4, 5);
+    le32(b + OOBX_PLACE_BYTES + 8, 7);
+    memset(b + OOBX_PLACE_BYTES + 12, 0xab, 40);
+    oobx_place_t q;
+    assert_int_equal(oobx__place_decode(b, sizeof b, 16, &q, why, sizeof why), 0);
+    assert_int_equal(q.leader, 4);
+    assert_int_equal(q.next_leader, 8);
+    assert_int_equal(q.nmembers, 3);
+    assert_true(q.epoch == 7 && q.host == 9);
+    /* the sizes must add up */
+    assert_int_equal(oobx__place_decode(b, sizeof b - 1, 16, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+    /* members go up from the leader, inside the job */
+    le32(b + OOBX_PLACE_BYTES + 8, 5);
+    assert_int_equal(oobx__place_decode(b, sizeof b, 16, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+    le32(b + OOBX_PLACE_BYTES + 8, 16);
+    assert_int_equal(oobx__place_decode(b, sizeof b, 16, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+    le32(b + OOBX_PLACE_BYTES + 8, 7);
+    /* a job smaller than the leader */
+    assert_int_equal(oobx__place_decode(b, sizeof b, 4, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+    /* a leader without a next leader, or with a card too large */
+    p.next_leader = -1;
+    oobx__place_encode(&p, b);
+    assert_int_equal(oobx__place_decode(b, sizeof b, 16, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+    /* a member carries nothing more, and its index is inside the group */
+    oobx_place_t m = {.epoch = 7, .host = 9, .local_index = 2, .local_size = 3, .leader = 4, .next_leader = -1,
+                      .prev_leader = -1};
+    oobx__place_encode(&m, b);
+    assert_int_equal(oobx__place_decode(b, OOBX_PLACE_BYTES, 16, &q, why, sizeof why), 0);
+    assert_int_equal(q.local_index, 2);
+    assert_int_equal(oobx__place_decode(b, OOBX_PLACE_BYTES + 4, 16, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+    m.local_index = 3;
+    oobx__place_encode(&m, b);
+    assert_int_equal(oobx__place_decode(b, OOBX_PLACE_BYTES, 16, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+    for (size_t len = 0; len < OOBX_PLACE_BYTES; len++)
+        assert_int_equal(oobx__place_decode(b, len, 16, &q, why, sizeof why), OOBX_ERR_PROTOCOL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hello), cmocka_unit_test(test_report), cmocka_unit_test(test_reply),
+        cmocka_unit_test(test_hello), cmocka_unit_test(test_report), cmocka_unit_test(test_reply), cmocka_unit_test(test_place),
         cmocka_unit_test(test_msghdr), cmocka_unit_test(test_small_why),
     };
     return cmocka_run_group_tests_name("wire", tests, NULL, NULL);
