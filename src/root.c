@@ -433,7 +433,7 @@ static void take_report(root_state_t *st, int i)
     if (st->node < 0) st->node = node;
     if (st->node != node) {
         conn_error(st, i, OOBX_ERR_MISMATCH,
-                   "rank %d (%s) %s node-aware, rank %d %s: set OOBX_NODE_AWARE the same on every rank", r->rank,
+                   "rank %d (%s) %s node-aware, rank %d %s: set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank", r->rank,
                    c->peer, node ? "is" : "is not", st->first_reporter, st->node ? "is" : "is not");
         return;
     }

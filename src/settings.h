@@ -27,6 +27,7 @@ typedef struct oobx_settings {
     size_t ring_slot_bytes;    /* OOBX_RING_SLOT_BYTES: registered ring buffer slot */
     int ring_slots;            /* OOBX_RING_SLOTS: slots per ring link */
     int node_aware;            /* OOBX_NODE_AWARE */
+    int node_aware_min;        /* OOBX_NODE_AWARE_MIN: fewer ranks use the flat bootstrap */
     char host_id[128];         /* OOBX_HOST_ID */
     char node_dir[256];        /* OOBX_NODE_DIR */
     size_t node_buf;           /* OOBX_NODE_BUF */

@@ -16,6 +16,8 @@ boot=$build/bin/oobx-boot
 tmp=$(mktemp -d /tmp/oobx-scale.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export OOBX_SOCKET_IFNAME=lo UCX_NET_DEVICES=lo
+# the node-aware path at every size here (by default it starts at 128 ranks)
+export OOBX_NODE_AWARE_MIN=2
 names=() results=()
 
 # job NAME N ROOTS HOSTSPEC EXPECT_HOSTS [VAR=value...]
@@ -55,13 +57,15 @@ job() {
     names+=("$name")
 }
 
-cases=10
-[ "$mode" = long ] && cases=12
+cases=11
+[ "$mode" = long ] && cases=13
 echo "[==========] Running $cases test(s)."
 job one_rank 1 1 one 0 OOBX_TRANSPORT=socket
 job two_ranks_one_host 2 1 one 1 OOBX_TRANSPORT=socket
 job n64_one_host 64 1 one 1 OOBX_TRANSPORT=socket
 job n64_flat 64 1 one 0 OOBX_TRANSPORT=socket OOBX_NODE_AWARE=0
+# the default: below 128 ranks the flat bootstrap
+job n64_default_flat 64 1 one 0 OOBX_TRANSPORT=socket OOBX_NODE_AWARE_MIN=128
 # 4 hosts of 1, 9, 27 and 27 ranks: rank 0 alone; 3 roots, so hosts straddle blocks
 job n64_4hosts_uneven_roots3 64 3 'OOBX_RANK == 0 ? 0 : OOBX_RANK < 10 ? 1 : OOBX_RANK < 37 ? 2 : 3' 4 OOBX_TRANSPORT=socket
 # hosts interleaved by rank (round robin): every group of a block is one rank of each host
