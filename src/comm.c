@@ -173,7 +173,7 @@ static int cards_oversubscribed(const unsigned char *items, size_t cap, int n)
  * the endpoint lock held. */
 typedef const unsigned char *(*card_fn)(void *arg, int r, size_t *len);
 
-static int take_cards(struct oobx_comm *c, card_fn card, void *arg)
+static int take_cards(struct oobx_comm *c, card_fn card, void *arg, int ring_next_done)
 {
     int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
     unsigned char *heads = malloc((size_t)nranks * CARD_HDR);
@@ -198,7 +198,7 @@ static int take_cards(struct oobx_comm *c, card_fn card, void *arg)
     if (rc == 0 && c->v.ep->oversubscribed)
         OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
-    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
+    if (rc == 0 && nranks > 1 && !ring_next_done) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
     if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, prev, next);
     return rc;
 }
@@ -234,6 +234,8 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     int next = (rank + 1) % nranks;
     pthread_mutex_lock(&c->v.ep->lock);
     if (nranks > 1) rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, next_blob, next_len);
+    /* the successor's link now, so that a dead or unreachable one shows up during init */
+    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
     uint64_t t_ring = oobx__now_ns();
     c->timings.ring = (t_ring - t_root) / 1e9;
     /* every rank's card (host and CPUs, then the transport address), over the ring */
@@ -249,7 +251,7 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens);
     }
     strided_t t = {(const unsigned char *)items, cap, lens};
-    if (rc == 0) rc = take_cards(c, strided_card, &t);
+    if (rc == 0) rc = take_cards(c, strided_card, &t, 1);
     pthread_mutex_unlock(&c->v.ep->lock);
     free(items);
     free(lens);
@@ -528,6 +530,7 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
     pthread_mutex_unlock(&c->v.ep->lock);
     int b = (int)(u & 1);
     uint32_t k = u >> 1;
+    c->node.cancel.deadline_ns = oobx__deadline(c->settings.timeout_ms);
     int rc = oobx__node_ag_enter(seg, b, k, bpr);
     if (rc != 0) return rc;
     unsigned char *data = oobx__node_data(seg, b);
@@ -640,7 +643,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
                         oobx__node_count(node), nranks);
     if (rc == 0) {
         pthread_mutex_lock(&c->v.ep->lock);
-        rc = take_cards(c, node_card_of, node);
+        rc = take_cards(c, node_card_of, node, 0);
         pthread_mutex_unlock(&c->v.ep->lock);
     }
     if (rc == 0) {
@@ -668,6 +671,10 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         c->node.prev = pl.place.prev_leader;
         c->node.members = members;
         members = NULL;
+        c->node.cancel.user_abort = c->v.user_abort;
+        c->node.cancel.aborted = &c->aborted;
+        c->node.cancel.deadline_ns = UINT64_MAX;
+        oobx__node_set_cancel(node, &c->node.cancel);
     } else {
         oobx__node_leave(node);
     }

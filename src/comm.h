@@ -14,6 +14,7 @@
 #include "oobx.h"
 #include "oobx_debug.h"
 #include "settings.h"
+#include "sock.h"
 
 struct oobx_comm {
     oobx__ep_view_t v;  /* endpoint, context, rank and size, rank map, log, cancellation */
@@ -37,6 +38,7 @@ struct oobx_comm {
         int local_size, next, prev; /* the host's ranks; leaders: their ring neighbours among the leaders */
         int *members;           /* leaders: the host's ranks */
         uint32_t uses;          /* node-aware allgathers so far */
+        oobx_cancel_t cancel;   /* the deadline of the call in progress, and the aborts */
     } node;
 };
 

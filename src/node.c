@@ -456,6 +456,11 @@ void oobx__node_leave(oobx__node_t *n)
     free(n);
 }
 
+void oobx__node_set_cancel(oobx__node_t *n, const oobx_cancel_t *cancel)
+{
+    n->p.cancel = cancel;
+}
+
 const char *oobx__node_path(const oobx__node_t *n)
 {
     return n->path;

@@ -85,6 +85,10 @@ void oobx__node_ag_leave(oobx__node_t *n, int b);
 /* Wakes every waiter of the host's segment (they look at their aborts). */
 void oobx__node_wake(oobx__node_t *n);
 
+/* What ends the segment's waits from now on (the params' cancel lives only as
+ * long as the call that joined). */
+void oobx__node_set_cancel(oobx__node_t *n, const oobx_cancel_t *cancel);
+
 /* The bytes of a group's segment (for tests). */
 size_t oobx__node_size(const oobx__node_params_t *p);
 

@@ -178,6 +178,8 @@ case "$mode" in
 esac
 if [ -x "$conf" ]; then
     suite conformance-socket "$conf_deadline" OOBX_TRANSPORT=socket -- "$conf"
+    # the node-aware bootstrap and allgather at every size (by default from 128 ranks)
+    suite conformance-socket-node "$conf_deadline" OOBX_TRANSPORT=socket OOBX_NODE_AWARE_MIN=2 -- "$conf"
     if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" = 0 ]; then
         echo
         echo "==== conformance-ucx: OOBX_TEST_UCX=0: skipped"
@@ -203,6 +205,8 @@ else
 fi
 if [ -x "$fault" ]; then
     suite fault-socket "$fault_deadline" OOBX_TRANSPORT=socket -- "$fault"
+    suite fault-socket-node "$fault_deadline" OOBX_TRANSPORT=socket OOBX_NODE_AWARE_MIN=2 \
+        "OOBX_TEST_FILTER=test_kill_*" -- "$fault"
     if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
         suite fault-ucx-tcp "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp -- "$fault"
         suite fault-ucx-shm "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self -- "$fault"

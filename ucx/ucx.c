@@ -398,6 +398,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->ring_mode = mode;
     tp->rrx.peer = -1;
     tp->rtx.peer = -1;
+    tp->rtx.early_peer = -1;
     if (gethostname(tp->host, sizeof(tp->host)) != 0) snprintf(tp->host, sizeof(tp->host), "?");
     tp->host[sizeof(tp->host) - 1] = '\0';
     tp->peers = calloc((size_t)p->nranks, sizeof(*tp->peers));
@@ -631,6 +632,7 @@ static void ucx_destroy(oobx_tp_t *base)
     }
     if (tp->rtx.rkey) ucp_rkey_destroy(tp->rtx.rkey);
     free(tp->rtx.setup);
+    free(tp->rtx.early);
     free(tp->rtx.heads);
     if (tp->rrx.memh) ucp_mem_unmap(tp->ctx, tp->rrx.memh);
     if (tp->my_addr) ucp_worker_release_address(tp->worker, tp->my_addr);

@@ -104,6 +104,9 @@ typedef struct ucx_ring_tx {
     ucx_sreq_t *q_head, *q_tail;
     unsigned char *setup;   /* the peer's SETUP, until the first send to it */
     size_t setup_len;
+    int early_peer;         /* a SETUP that came before ring() named its sender next (-1: none) */
+    unsigned char *early;
+    size_t early_len;
 } ucx_ring_tx_t;
 
 struct ucx_tp {

@@ -100,6 +100,15 @@ int ucx_ring(oobx_tp_t *base, int prev, int next)
     ucx_tp_t *tp = (ucx_tp_t *)base;
     tp->rrx.peer = prev;
     tp->rtx.peer = next;
+    if (tp->rtx.early && tp->rtx.early_peer == next) {
+        /* next set its ring up before this rank named it: take its SETUP now */
+        unsigned char *e = tp->rtx.early;
+        size_t el = tp->rtx.early_len;
+        tp->rtx.early = NULL;
+        tp->rtx.early_peer = -1;
+        ucx_handle_setup(tp, next, e, el);
+        free(e);
+    }
     if (prev < 0 || prev == tp->rank || tp->ring_mode == UCX_RING_TAG) return 0;
     if (prev >= tp->nranks || !tp->peers[prev].addr)
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ring neighbour %d has no address", prev);
@@ -172,6 +181,15 @@ int ucx_ring(oobx_tp_t *base, int prev, int next)
 void ucx_handle_setup(ucx_tp_t *tp, int peer, const void *buf, size_t len)
 {
     ucx_ring_tx_t *r = &tp->rtx;
+    if (r->peer < 0 && !r->early) {
+        /* ring() has not named next yet (ranks call it at different times): keep it */
+        r->early = malloc(len);
+        if (!r->early) return;
+        memcpy(r->early, buf, len);
+        r->early_len = len;
+        r->early_peer = peer;
+        return;
+    }
     if (peer != r->peer || r->setup || r->active) {
         ucx_protocol_error(tp, peer, "unexpected ring setup");
         return;
