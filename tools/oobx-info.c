@@ -23,7 +23,7 @@ extern char **environ;
 
 
 /* Environment variables read outside the settings table. */
-static const char *const env_extra[] = {"OOBX_RANK", "OOBX_NRANKS", NULL};
+static const char *const env_extra[] = {"OOBX_RANK", "OOBX_NRANKS", "OOBX_ROOT_FD", "OOBX_BOOT_AT", NULL};
 
 static void usage(FILE *fp)
 {
