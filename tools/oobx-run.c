@@ -502,6 +502,10 @@ static void child_exec(leaf_t *L, int local, int out_w, int err_w)
         child_fail(rank, "setenv", errno);
     if (job->opt.hosts) {
         if (setenv("OOBX_SOCKET_IFNAME", RUN_HOST_IF, 1) != 0) child_fail(rank, "setenv", errno);
+        /* the namespaces share the machine's /dev/shm and host name: the host id
+         * keeps each emulated host's ranks to their own table */
+        snprintf(num, sizeof num, "%d", block_of(rank, job->opt.nranks, job->nhosts));
+        if (setenv("OOBX_HOST_ID", num, 1) != 0) child_fail(rank, "setenv", errno);
     } else if (setenv("OOBX_SOCKET_IFNAME", "lo", 0) != 0) {
         child_fail(rank, "setenv", errno);
     }
