@@ -134,8 +134,9 @@ struct oobx_tp_ops {
      * wait_prepare returned 0: sleeps up to timeout_ms (-1: no bound) until
      * one of fds is ready or the transport has work, in one system call.
      * fds[0] is the core's wake fd (params.wake_fd); fds[1..nfds-1] are what
-     * wait_prepare filled. Reads the wake fd's 8 bytes when it woke on it,
-     * and otherwise only records what woke it, for the next progress().
+     * wait_prepare filled. The wake fd is cleared (its 8 bytes read) either
+     * here or by the next progress(); otherwise sleep only records what
+     * woke it, for the next progress().
      * Touches nothing else. The default is oobx_tp_sleep_poll. */
     int (*sleep)(oobx_tp_t *tp, struct pollfd *fds, int nfds, int timeout_ms);
 
