@@ -452,6 +452,8 @@ int oobx__node_wait_finish(oobx__node_t *n)
 void oobx__node_leave(oobx__node_t *n)
 {
     if (!n) return;
+    /* gone already when every member mapped it; after a failure nobody else needs it */
+    if (n->named) unlink(n->path);
     if (n->base) munmap(n->base, n->size);
     free(n);
 }
