@@ -138,42 +138,50 @@ static void card_header(char *out, const oobx_settings_t *s)
     oobx__put_u64(p + 8, host_id(s));
 }
 
+typedef struct host_cpus {
+    uint64_t host;
+    int ncpu;
+} host_cpus_t;
+
 static int host_cmp(const void *a, const void *b)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    uint64_t x = ((const host_cpus_t *)a)->host, y = ((const host_cpus_t *)b)->host;
     return x < y ? -1 : x > y;
 }
 
-/* 1 when some host holds more ranks than CPUs; every rank sees the same cards. */
-static int cards_oversubscribed(const unsigned char *items, size_t cap, int n)
+/* From the card headers of n ranks (cap bytes apart), sorted once: the number
+ * of distinct hosts, and in *over 1 when some host holds more ranks than the
+ * fewest CPUs its cards report (every rank sees the same cards, so all agree).
+ * 0 hosts when out of memory (and *over 0). */
+static int cards_hosts(const unsigned char *items, size_t cap, int n, int *over)
 {
-    uint64_t *hosts = malloc((size_t)n * sizeof(*hosts));
-    if (!hosts) return 0;
-    for (int r = 0; r < n; r++) hosts[r] = oobx__get_u64(items + (size_t)r * cap + 8);
-    qsort(hosts, (size_t)n, sizeof(*hosts), host_cmp);
-    int over = 0;
-    for (int i = 0; i < n && !over;) {
-        int j = i;
-        while (j < n && hosts[j] == hosts[i]) j++;
-        int ncpu = 0x7fffffff;
-        for (int r = 0; r < n; r++)
-            if (oobx__get_u64(items + (size_t)r * cap + 8) == hosts[i]) {
-                int v = oobx__get_u16(items + (size_t)r * cap + 2);
-                if (v < ncpu) ncpu = v;
-            }
-        if (j - i > ncpu) over = 1;
+    *over = 0;
+    host_cpus_t *h = malloc((size_t)n * sizeof(*h));
+    if (!h) return 0;
+    for (int r = 0; r < n; r++) {
+        h[r].host = oobx__get_u64(items + (size_t)r * cap + 8);
+        h[r].ncpu = oobx__get_u16(items + (size_t)r * cap + 2);
+    }
+    qsort(h, (size_t)n, sizeof(*h), host_cmp);
+    int hosts = 0;
+    for (int i = 0; i < n;) {
+        int j = i, ncpu = h[i].ncpu;
+        for (; j < n && h[j].host == h[i].host; j++)
+            if (h[j].ncpu < ncpu) ncpu = h[j].ncpu;
+        if (j - i > ncpu) *over = 1;
+        hosts++;
         i = j;
     }
-    free(hosts);
-    return over;
+    free(h);
+    return hosts;
 }
 
 /* Records every peer's address from a table of cards (rank r's at card(r)),
- * then whether some host is oversubscribed, then the ring links. Called with
- * the endpoint lock held. */
+ * then whether some host is oversubscribed and (*hosts) how many hosts the
+ * cards name, then the ring links. Called with the endpoint lock held. */
 typedef const unsigned char *(*card_fn)(void *arg, int r, size_t *len);
 
-static int take_cards(struct oobx_comm *c, card_fn card, void *arg, int ring_next_done)
+static int take_cards(struct oobx_comm *c, card_fn card, void *arg, int ring_next_done, int *hosts)
 {
     int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
     unsigned char *heads = malloc((size_t)nranks * CARD_HDR);
@@ -193,7 +201,7 @@ static int take_cards(struct oobx_comm *c, card_fn card, void *arg, int ring_nex
             rc = oobx__fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
                             len - CARD_HDR, oobx_last_error());
     }
-    if (rc == 0) c->v.ep->oversubscribed = cards_oversubscribed(heads, CARD_HDR, nranks);
+    if (rc == 0) *hosts = cards_hosts(heads, CARD_HDR, nranks, &c->v.ep->oversubscribed);
     free(heads);
     if (rc == 0 && c->v.ep->oversubscribed)
         OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
@@ -251,12 +259,14 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens);
     }
     strided_t t = {(const unsigned char *)items, cap, lens};
-    if (rc == 0) rc = take_cards(c, strided_card, &t, 1);
+    int hosts = 0;
+    if (rc == 0) rc = take_cards(c, strided_card, &t, 1, &hosts);
     pthread_mutex_unlock(&c->v.ep->lock);
     free(items);
     free(lens);
     c->timings.allgather = (oobx__now_ns() - t_ring) / 1e9;
-    c->timings.hosts = 0;
+    c->timings.hosts = 0; /* counted, but reported for the node-aware path only */
+    (void)hosts;
     c->timings.local_ranks = 0;
     return rc;
 }
@@ -643,24 +653,8 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
                         oobx__node_count(node), nranks);
     if (rc == 0) {
         pthread_mutex_lock(&c->v.ep->lock);
-        rc = take_cards(c, node_card_of, node, 0);
+        rc = take_cards(c, node_card_of, node, 0, &c->timings.hosts);
         pthread_mutex_unlock(&c->v.ep->lock);
-    }
-    if (rc == 0) {
-        /* hosts: distinct ids among the cards (each rank counts; cheap next to set_peer) */
-        uint64_t *ids = malloc((size_t)nranks * sizeof(*ids));
-        int hosts = 0;
-        if (ids) {
-            for (int r = 0; r < nranks; r++) {
-                size_t len;
-                ids[r] = oobx__get_u64(oobx__node_card(node, r, &len) + 8);
-            }
-            qsort(ids, (size_t)nranks, sizeof(*ids), host_cmp);
-            for (int r = 0; r < nranks; r++)
-                if (r == 0 || ids[r] != ids[r - 1]) hosts++;
-            free(ids);
-        }
-        c->timings.hosts = hosts;
     }
     if (rc == 0 && c->settings.node_buf > 0) {
         /* kept for the node-aware allgather */
