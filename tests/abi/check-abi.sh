@@ -19,21 +19,18 @@ major=${version%%.*}
 ucx_built=0
 [ -e "$lib/oobx/liboobx-ucx.so" ] && ucx_built=1
 
-names=() results=()
+. tests/cmocka-lines.sh
 check() { # check NAME COMMAND...: runs the command, its output goes to the log
     local name=$1
     shift
     echo "[ RUN      ] $name"
     if "$@" >"$tmp/out" 2>&1; then
         sed 's/^/  /' "$tmp/out" | tail -20
-        echo "[       OK ] $name"
-        results+=(0)
+        cm_result "$name" 0
     else
         sed 's/^/  /' "$tmp/out" | tail -40
-        echo "[  FAILED  ] $name"
-        results+=(1)
+        cm_result "$name" 1
     fi
-    names+=("$name")
 }
 
 exports_only_oobx() {
@@ -182,12 +179,4 @@ check readme_example_static readme_example static
 check clash_static clash_static
 check uninstall_leaves_nothing do_uninstall
 check destdir_libdir_roundtrip destdir_roundtrip
-nfail=0
-for r in "${results[@]}"; do [ "$r" -eq 0 ] || nfail=$((nfail + 1)); done
-echo "[==========] ${#names[@]} test(s) run."
-echo "[  PASSED  ] $(( ${#names[@]} - nfail )) test(s)."
-if [ $nfail -gt 0 ]; then
-    echo "[  FAILED  ] $nfail test(s), listed below:"
-    for i in "${!names[@]}"; do [ "${results[$i]}" -eq 0 ] || echo "[  FAILED  ] ${names[$i]}"; done
-fi
-[ $nfail -eq 0 ]
+cm_summary

@@ -18,7 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OOBX_SOCKET_IFNAME=lo UCX_NET_DEVICES=lo
 # the node-aware path at every size here (by default it starts at 128 ranks)
 export OOBX_NODE_AWARE_MIN=2
-names=() results=()
+. tests/cmocka-lines.sh
 
 # job NAME N ROOTS HOSTSPEC EXPECT_HOSTS [VAR=value...]
 # HOSTSPEC: a shell arithmetic expression of $OOBX_RANK giving the host id, or "one"
@@ -46,15 +46,12 @@ job() {
     [ "$want_hosts" = - ] || [ "$hosts" = "$want_hosts" ] || { ok=0; why="$why; hosts $hosts, expected $want_hosts"; }
     echo "  $(echo "$res" | grep -o '"boot_s": [0-9.]*\|"fds_max": [0-9]*\|"rss_max_mib": [0-9.]*' | tr '\n' ' ') ($(echo "$(date +%s.%N) - $t0" | bc) s wall)"
     if [ $ok -eq 1 ]; then
-        echo "[       OK ] $name"
-        results+=(0)
+        cm_result "$name" 0
     else
         echo "  $why"
         grep -v 'OOBX_BOOT_RESULT' "$tmp/out" | tail -15 | sed 's/^/  | /'
-        echo "[  FAILED  ] $name"
-        results+=(1)
+        cm_result "$name" 1
     fi
-    names+=("$name")
 }
 
 cases=11
@@ -79,12 +76,4 @@ if [ "$mode" = long ]; then
     job n10240_one_host_roots16 10240 16 one 16 OOBX_TRANSPORT=socket
     job n10240_16hosts_roots16 10240 16 'OOBX_RANK / 640' 16 OOBX_TRANSPORT=socket
 fi
-nfail=0
-for r in "${results[@]}"; do [ "$r" -eq 0 ] || nfail=$((nfail + 1)); done
-echo "[==========] ${#names[@]} test(s) run."
-echo "[  PASSED  ] $(( ${#names[@]} - nfail )) test(s)."
-if [ $nfail -gt 0 ]; then
-    echo "[  FAILED  ] $nfail test(s), listed below:"
-    for i in "${!names[@]}"; do [ "${results[$i]}" -eq 0 ] || echo "[  FAILED  ] ${names[$i]}"; done
-fi
-[ $nfail -eq 0 ]
+cm_summary
