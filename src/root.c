@@ -263,13 +263,22 @@ static void conn_error(root_state_t *st, int i, int status, const char *fmt, ...
     conn_reply(st, i, status, text, strlen(text));
 }
 
-static void answer(root_state_t *st, int local, int next)
+/* Answers local (status 0 with data, or an error text) on its connection, if
+ * it still waits, and counts it as answered. */
+static void answer_with(root_state_t *st, int local, int status, const void *data, size_t len)
 {
     int ci = st->waiting[local];
     st->waiting[local] = -1;
-    st->replied[local] = 1;
-    st->nreplied++;
-    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, 0, st->info[next], st->info_len[next]);
+    if (!st->replied[local]) {
+        st->replied[local] = 1;
+        if (local < st->n2send) st->nreplied++; /* the extra reporter is not one of the block's */
+    }
+    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, status, data, len);
+}
+
+static void answer(root_state_t *st, int local, int next)
+{
+    answer_with(st, local, 0, st->info[next], st->info_len[next]);
 }
 
 static int next_of(const root_state_t *st, int local)
@@ -295,27 +304,10 @@ static int member_cmp(const void *a, const void *b)
     return x->local - y->local;
 }
 
-static void answer_raw(root_state_t *st, int local, const unsigned char *data, size_t len)
-{
-    int ci = st->waiting[local];
-    st->waiting[local] = -1;
-    if (!st->replied[local]) {
-        st->replied[local] = 1;
-        if (local < st->n2send) st->nreplied++; /* the extra reporter is not one of the block's */
-    }
-    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, 0, data, len);
-}
-
 /* Node-aware, after a rank died: local k gets the news (and counts as answered). */
 static void answer_error(root_state_t *st, int k)
 {
-    int ci = st->waiting[k];
-    st->waiting[k] = -1;
-    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, OOBX_ERR_REMOTE, st->dead_text, strlen(st->dead_text));
-    if (!st->replied[k]) {
-        st->replied[k] = 1;
-        if (k < st->n2send) st->nreplied++;
-    }
+    answer_with(st, k, OOBX_ERR_REMOTE, st->dead_text, strlen(st->dead_text));
 }
 
 /* The whole block is in: groups by host id, each with its leader (lowest
@@ -377,14 +369,14 @@ static void answer_groups(root_state_t *st)
                 len += pl.next_len;
             }
             oobx__place_encode(&pl, buf);
-            answer_raw(st, loc, buf, len);
+            answer_with(st, loc, 0, buf, len);
         }
     }
     if (st->nroots > 1) {
         /* the next block's first rank: its previous leader is this block's last */
         unsigned char last[4];
         oobx__put_u32(last, (uint32_t)(first + leaders[nleaders - 1]));
-        answer_raw(st, st->n2send, last, sizeof(last));
+        answer_with(st, st->n2send, 0, last, sizeof(last));
     }
     OOBX_DEBUG(&st->log, "root %s: %d ranks in %d groups answered", st->name, n, nleaders);
     free(m), free(group_of), free(leaders), free(buf);
