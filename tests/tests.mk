@@ -154,12 +154,17 @@ FUZZ_CC   ?= clang
 FUZZ_TIME ?= 20
 FUZZ_BUILD := build-fuzz
 FUZZ_CFLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -pthread -fsanitize=fuzzer-no-link,address,undefined
-FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(CORE_SRC) $(TOPO_SRC) $(FUZZ_WIRE_SRC))
+FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(CORE_SRC) $(TOPO_SRC) $(FUZZ_WIRE_SRC)) \
+                 $(FUZZ_BUILD)/obj/moddir.o
 FUZZ_BIN := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_TARGETS))
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(FUZZ_WIRE_CPPFLAGS) $(FUZZ_CFLAGS) -c $< -o $@
+# the fuzz targets load no module: the build tree's directory will do
+$(FUZZ_BUILD)/obj/moddir.o: src/moddir.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) -DOOBX_MODULE_DIR_BUILTIN='"$(abspath $(BLD_MOD))"' $(FUZZ_CFLAGS) -c $< -o $@
 $(FUZZ_BUILD)/liboobx-fuzz.a: $(FUZZ_CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/liboobx-fuzz.a

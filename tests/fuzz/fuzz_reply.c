@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc == 0) {
         FUZZ_ASSERT(size >= OOBX_REPLY_BYTES, "accepted a reply of %zu bytes", size);
         FUZZ_ASSERT(r.status <= 0, "status %d", r.status);
-        FUZZ_ASSERT(r.status < 0 ? r.len <= OOBX_REPLY_TEXT_MAX : r.len <= OOBX_ADDR_MAX, "len %u for status %d",
+        FUZZ_ASSERT(r.status < 0 ? r.len <= OOBX_REPLY_TEXT_MAX : r.len <= OOBX_PLACE_MAX(OOBX_NRANKS_MAX), "len %u for status %d",
                     r.len, r.status);
         unsigned char out[OOBX_REPLY_BYTES];
         oobx__reply_encode(&r, out);
