@@ -225,10 +225,12 @@ static int try_create(oobx__node_t *n, int *created)
     return rc;
 }
 
-/* Another member made it: open and check what is there. */
-static int open_existing(oobx__node_t *n)
+/* Another member made it: open and check what is there. 1 (nothing
+ * recorded) when absent_ok and there is no such file yet. */
+static int open_existing(oobx__node_t *n, int absent_ok)
 {
     int fd = open(n->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && absent_ok) return 1;
     if (fd < 0)
         return oobx__fail(n->p.log, errno == ELOOP ? OOBX_ERR_PROTOCOL : OOBX_ERR_SYSTEM,
                           "rank %d: cannot open the host segment %s: %s%s", n->p.rank, n->path, strerror(errno),
@@ -302,9 +304,15 @@ int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, 
         n->named = 1;
         snprintf(n->path, sizeof(n->path), "%s/oobx-%u-%016" PRIx64 "-%d", p->dir, (unsigned)geteuid(), p->epoch,
                  p->leader);
-        int created = 0;
-        rc = try_create(n, &created);
-        if (rc == 0 && !created) rc = open_existing(n);
+        /* the first member creates it; the others (most of them) find it made:
+         * one lookup each instead of a create, a link and an unlink in the
+         * shared directory, whose lock thousands of ranks would queue on */
+        rc = open_existing(n, 1);
+        if (rc == 1) {
+            int created = 0;
+            rc = try_create(n, &created);
+            if (rc == 0 && !created) rc = open_existing(n, 0);
+        }
     }
     if (rc != 0) {
         free(n);
@@ -418,7 +426,6 @@ void oobx__node_finish(oobx__node_t *n, int status, const char *text)
     if (status != 0) snprintf(h->error, sizeof(h->error), "%s", text ? text : oobx_strerror(status));
     __atomic_store_n(&h->state, status ? status : 1, __ATOMIC_RELEASE);
     wake_all((uint32_t *)&h->state);
-    if (n->named) unlink(n->path); /* gone already when every member mapped it */
 }
 
 int oobx__node_wait_finish(oobx__node_t *n)
@@ -452,8 +459,10 @@ int oobx__node_wait_finish(oobx__node_t *n)
 void oobx__node_leave(oobx__node_t *n)
 {
     if (!n) return;
-    /* gone already when every member mapped it; after a failure nobody else needs it */
-    if (n->named) unlink(n->path);
+    /* gone already when every member mapped it (the last one removed it);
+     * otherwise some member never came, and nobody else needs the name */
+    if (n->named && n->base && __atomic_load_n(&hdr(n)->opened, __ATOMIC_ACQUIRE) < (uint32_t)n->p.local_size)
+        unlink(n->path);
     if (n->base) munmap(n->base, n->size);
     free(n);
 }
