@@ -17,14 +17,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include "oobx.h"
 #include "oobx_debug.h"
 
 #define CARD 128
 
-enum { F_START, F_END, F_TOTAL, F_CREATE, F_DELAY, F_ROOT, F_LOCAL, F_EXCHANGE, F_CARDS, F_FDS, F_RSS, F_COUNT };
+enum { F_START, F_END, F_TOTAL, F_CREATE, F_DELAY, F_ROOT, F_LOCAL, F_EXCHANGE, F_CARDS, F_FDS, F_RSS, F_CPU, F_COUNT };
 static const char *const names[F_COUNT] = {"start", "end",      "total", "create", "delay", "root",
-                                           "local", "exchange", "cards", "fds",    "rss"};
+                                           "local", "exchange", "cards", "fds",    "rss",  "cpu"};
+
+/* CPU seconds (user + system) this process used so far */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
 
 static double now_s(void)
 {
@@ -70,7 +80,7 @@ int main(int argc, char **argv)
         struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
         nanosleep(&ts, NULL);
     }
-    double begin = late ? start : t0;
+    double begin = late ? start : t0, cpu0 = cpu_s();
 
     oobx_comm_t comm;
     int rc = oobx_comm_init_from_env(&comm, NULL);
@@ -117,6 +127,7 @@ int main(int argc, char **argv)
     mine[F_CARDS] = end - begin - t.total;
     mine[F_FDS] = oobx_debug_count_fds();
     mine[F_RSS] = rss_mib();
+    mine[F_CPU] = cpu_s() - cpu0; /* init and the checked allgather */
     rc = oobx_allgather(comm, all, F_COUNT * sizeof(double));
     if (rc == 0 && rank == 0) {
         double mx[F_COUNT], sum[F_COUNT];
@@ -139,8 +150,9 @@ int main(int argc, char **argv)
                mx[F_START] > 0 ? mx[F_START] : 0.0);
         for (int f = F_TOTAL; f < F_FDS; f++)
             printf(", \"%s_max_s\": %.6f, \"%s_mean_s\": %.6f", names[f], mx[f], names[f], sum[f] / n);
-        printf(", \"fds_max\": %d, \"fds_mean\": %.1f, \"rss_max_mib\": %.2f, \"rss_mean_mib\": %.2f}\n", (int)mx[F_FDS],
-               sum[F_FDS] / n, mx[F_RSS], sum[F_RSS] / n);
+        printf(", \"fds_max\": %d, \"fds_mean\": %.1f, \"rss_max_mib\": %.2f, \"rss_mean_mib\": %.2f, "
+               "\"cpu_max_ms\": %.3f, \"cpu_mean_ms\": %.3f}\n",
+               (int)mx[F_FDS], sum[F_FDS] / n, mx[F_RSS], sum[F_RSS] / n, mx[F_CPU] * 1e3, sum[F_CPU] / n * 1e3);
         fflush(stdout);
     }
     free(all);

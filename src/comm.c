@@ -41,10 +41,18 @@ static struct oobx_comm *comm_alloc(const oobx_settings_t *s)
     return c;
 }
 
+/* The host's segment is the endpoint's (its addresses) and may outlive this
+ * communicator, whose cancel it must forget first. */
+static void comm_release_ep(struct oobx_comm *c)
+{
+    if (c->node.seg) oobx__node_set_cancel(c->node.seg, NULL);
+    c->node.seg = NULL;
+    oobx__ep_release(c->v.ep);
+}
+
 static void comm_free(struct oobx_comm *c)
 {
     if (!c) return;
-    oobx__node_leave(c->node.seg);
     free(c->node.members);
     free(c->ep_rank);
     free(c->gseq);
@@ -176,12 +184,13 @@ static int cards_hosts(const unsigned char *items, size_t cap, int n, int *over)
     return hosts;
 }
 
-/* Records every peer's address from a table of cards (rank r's at card(r)),
- * then whether some host is oversubscribed and (*hosts) how many hosts the
- * cards name, then the ring links. Called with the endpoint lock held. */
+/* Checks the table of every rank's card (rank r's at card(r)): each is
+ * well formed; *hosts: how many hosts they name, *over: some host is
+ * oversubscribed. With record, every peer's address goes to the transport
+ * too (the flat path). Called with the endpoint lock held. */
 typedef const unsigned char *(*card_fn)(void *arg, int r, size_t *len);
 
-static int take_cards(struct oobx_comm *c, card_fn card, void *arg, int ring_next_done, int *hosts)
+static int check_cards(struct oobx_comm *c, card_fn card, void *arg, int record, int *hosts, int *over)
 {
     int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
     unsigned char *heads = malloc((size_t)nranks * CARD_HDR);
@@ -195,17 +204,29 @@ static int take_cards(struct oobx_comm *c, card_fn card, void *arg, int ring_nex
             break;
         }
         memcpy(heads + (size_t)r * CARD_HDR, k, CARD_HDR);
-        if (r == rank) continue;
+        if (!record || r == rank) continue;
         rc = c->v.ep->ops->set_peer(c->v.ep->tp, r, k + CARD_HDR, len - CARD_HDR);
         if (rc != 0)
             rc = oobx__fail(&c->log, rc, "rank %d: the address of rank %d does not parse (%zu bytes): %s", rank, r,
                             len - CARD_HDR, oobx_last_error());
     }
-    if (rc == 0) *hosts = cards_hosts(heads, CARD_HDR, nranks, &c->v.ep->oversubscribed);
+    if (rc == 0) {
+        *hosts = cards_hosts(heads, CARD_HDR, nranks, over);
+        if (*hosts == 0) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for %d cards", rank, nranks);
+    }
     free(heads);
-    if (rc == 0 && c->v.ep->oversubscribed)
-        OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
+    return rc;
+}
+
+/* The oversubscribed flag and the ring links, once the cards are known. */
+static int cards_taken(struct oobx_comm *c, int over, int ring_next_done)
+{
+    int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
+    c->v.ep->oversubscribed = over;
+    if (over) OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
+    if (nranks > 1) rc = oobx__ep_know(c->v.ep, next);
+    if (rc == 0 && nranks > 1) rc = oobx__ep_know(c->v.ep, prev);
     if (rc == 0 && nranks > 1 && !ring_next_done) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
     if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, prev, next);
     return rc;
@@ -259,8 +280,9 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens);
     }
     strided_t t = {(const unsigned char *)items, cap, lens};
-    int hosts = 0;
-    if (rc == 0) rc = take_cards(c, strided_card, &t, 1, &hosts);
+    int hosts = 0, over = 0;
+    if (rc == 0) rc = check_cards(c, strided_card, &t, 1, &hosts, &over);
+    if (rc == 0) rc = cards_taken(c, over, 1);
     pthread_mutex_unlock(&c->v.ep->lock);
     free(items);
     free(lens);
@@ -279,6 +301,22 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
 static const unsigned char *node_card_of(void *arg, int r, size_t *len)
 {
     return oobx__node_card(arg, r, len);
+}
+
+/* The endpoint's source of addresses on the node-aware path: the transport
+ * part of a card in the host's table (the leader checked every card). */
+static const void *node_addr_of(void *arg, int r, size_t *len)
+{
+    size_t n = 0;
+    const unsigned char *k = oobx__node_card(arg, r, &n);
+    if (!k || n <= CARD_HDR) return NULL;
+    *len = n - CARD_HDR;
+    return k + CARD_HDR;
+}
+
+static void node_release(void *arg)
+{
+    oobx__node_leave(arg);
 }
 
 static int pair_sent(void *arg)
@@ -640,6 +678,13 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         if (rc == 0) {
             pthread_mutex_lock(&c->v.ep->lock);
             rc = leader_trade(c, node, &pl, members);
+            /* the leader alone reads every card: the members learn what it found */
+            int hosts = 0, over = 0;
+            if (rc == 0 && oobx__node_count(node) != nranks)
+                rc = oobx__fail(&c->log, OOBX_ERR_INTERNAL, "rank %d: the host's table holds %d cards of %d", rank,
+                                oobx__node_count(node), nranks);
+            if (rc == 0) rc = check_cards(c, node_card_of, node, 0, &hosts, &over);
+            if (rc == 0) oobx__node_set_summary(node, hosts, over);
             pthread_mutex_unlock(&c->v.ep->lock);
         }
         t_trade = oobx__now_ns();
@@ -651,9 +696,14 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     if (rc == 0 && oobx__node_count(node) != nranks)
         rc = oobx__fail(&c->log, OOBX_ERR_INTERNAL, "rank %d: the host's table holds %d cards of %d", rank,
                         oobx__node_count(node), nranks);
+    int owned = 0; /* the endpoint reads addresses from the table from now on, and unmaps it */
     if (rc == 0) {
+        int over = 0;
+        oobx__node_summary(node, &c->timings.hosts, &over);
         pthread_mutex_lock(&c->v.ep->lock);
-        rc = take_cards(c, node_card_of, node, 0, &c->timings.hosts);
+        rc = oobx__ep_set_addr_source(c->v.ep, node_addr_of, node, node_release);
+        owned = rc == 0;
+        if (rc == 0) rc = cards_taken(c, over, 0);
         pthread_mutex_unlock(&c->v.ep->lock);
     }
     if (rc == 0 && c->settings.node_buf > 0) {
@@ -669,7 +719,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         c->node.cancel.aborted = &c->aborted;
         c->node.cancel.deadline_ns = UINT64_MAX;
         oobx__node_set_cancel(node, &c->node.cancel);
-    } else {
+    } else if (!owned) {
         oobx__node_leave(node);
     }
     oobx__root_placement_free(&pl);
@@ -704,6 +754,7 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     int rc = oobx__ep_create(s, &c->log, &c->v.ep);
     if (rc == 0) rc = oobx__ep_set_size(c->v.ep, rank, nranks);
     if (rc != 0) {
+        comm_release_ep(c);
         comm_free(c);
         return oobx__fail(NULL, rc, "rank %d: cannot create its endpoint: %s", rank, oobx_last_error());
     }
@@ -747,7 +798,7 @@ fail:
         int saved = rc;
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", oobx_last_error());
-        oobx__ep_release(c->v.ep);
+        comm_release_ep(c);
         comm_free(c);
         oobx__set_last_error("%s", msg);
         return saved;
@@ -1204,7 +1255,7 @@ int oobx_comm_destroy(oobx_comm_t c)
     int shared = c->v.ep->refs > 1;
     if (shared) oobx__ep_purge_ctx(c->v.ep, c->v.ctx);
     pthread_mutex_unlock(&c->v.ep->lock);
-    oobx__ep_release(c->v.ep);
+    comm_release_ep(c);
     comm_free(c);
     oobx__root_registry_reap(hosted, hosted ? 200 : 0);
     return 0;

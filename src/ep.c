@@ -240,11 +240,50 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
     OOBX_DEBUG(ep->log, "peer %d failed: %s", peer, what);
 }
 
+static int sink_need_peer(void *core, int peer)
+{
+    oobx_ep_t *ep = core;
+    if (!ep->addr_fn) return OOBX_ERR_INVALID;
+    return oobx__ep_know(ep, peer);
+}
+
 oobx_tp_sink_t oobx__ep_sink(oobx_ep_t *ep)
 {
     oobx_tp_sink_t s = {.core = ep, .msg_begin = sink_msg_begin, .msg_end = sink_msg_end,
-                        .peer_failed = sink_peer_failed};
+                        .peer_failed = sink_peer_failed, .need_peer = sink_need_peer};
     return s;
+}
+
+/* ---- addresses on first use ---- */
+
+int oobx__ep_set_addr_source(oobx_ep_t *ep, const void *(*fn)(void *arg, int r, size_t *len), void *arg,
+                             void (*release)(void *arg))
+{
+    unsigned char *known = calloc(((size_t)ep->nranks + 7) / 8, 1);
+    if (!known) return oobx__fail(ep->log, OOBX_ERR_NOMEM, "out of memory");
+    if (ep->addr_release) ep->addr_release(ep->addr_arg);
+    free(ep->addr_known);
+    ep->addr_fn = fn;
+    ep->addr_arg = arg;
+    ep->addr_release = release;
+    ep->addr_known = known;
+    return 0;
+}
+
+int oobx__ep_know(oobx_ep_t *ep, int r)
+{
+    if (!ep->addr_fn || r < 0 || r >= ep->nranks || r == ep->rank) return 0;
+    unsigned char bit = (unsigned char)(1u << (r & 7));
+    if (ep->addr_known[r >> 3] & bit) return 0;
+    size_t len = 0;
+    const void *blob = ep->addr_fn(ep->addr_arg, r, &len);
+    if (!blob) return oobx__fail(ep->log, OOBX_ERR_INTERNAL, "no address of rank %d in this host's card table", r);
+    int rc = ep->ops->set_peer(ep->tp, r, blob, len);
+    if (rc != 0)
+        return oobx__fail(ep->log, rc, "the address of rank %d does not parse (%zu bytes): %s", r, len,
+                          oobx_last_error());
+    ep->addr_known[r >> 3] |= bit;
+    return 0;
 }
 
 /* ---- life cycle ---- */
@@ -296,6 +335,8 @@ void oobx__ep_release(oobx_ep_t *ep)
     pthread_mutex_unlock(&ep->lock);
     if (!last) return;
     if (ep->tp) ep->ops->destroy(ep->tp);
+    if (ep->addr_release) ep->addr_release(ep->addr_arg);
+    free(ep->addr_known);
     /* Messages being written when the transport went away: first, while
      * every record is still allocated. A ux in the array is either detached
      * (out of every queue: freed here) or still in its queue (freed with the
@@ -415,7 +456,8 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
         oobx__ep_peer_name(v, peer, who, sizeof(who));
         return oobx__fail(v->log, ep->failed[dst], "cannot send to %s: %s", who, ep->failed_what[dst]);
     }
-    int rc = ep->ops->send(ep->tp, dst, &h, buf, &req->tp);
+    int rc = oobx__ep_know(ep, dst);
+    if (rc == 0) rc = ep->ops->send(ep->tp, dst, &h, buf, &req->tp);
     if (rc != 0) return rc;
     wake_poller(ep);
     return 0;
@@ -524,6 +566,7 @@ void oobx__ep_peer_name(const oobx__ep_view_t *v, int r, char *buf, size_t len)
         return;
     }
     char tmp[160];
+    (void)oobx__ep_know(v->ep, oobx__ep_view_rank(v, r)); /* for its address; without it, the name alone */
     v->ep->ops->peer_name(v->ep->tp, oobx__ep_view_rank(v, r), tmp, sizeof(tmp));
     if (v->ep_rank) snprintf(buf, len, "rank %d (%s%s)", r, tmp, v->rank_note ? v->rank_note : "");
     else snprintf(buf, len, "%s", tmp);

@@ -76,6 +76,12 @@ typedef struct oobx_ep {
     int oversubscribed;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;
+    /* where a peer's address is read the first time it is needed (the host's
+     * card table): no rank records all N addresses at init */
+    const void *(*addr_fn)(void *arg, int r, size_t *len);
+    void *addr_arg;
+    void (*addr_release)(void *arg);
+    unsigned char *addr_known; /* bit per rank: set_peer done from the source */
 } oobx_ep_t;
 
 /* What a caller above the endpoint shows of itself. Ranks in calls through a
@@ -103,7 +109,17 @@ void oobx__ep_release(oobx_ep_t *ep);
 oobx_tp_sink_t oobx__ep_sink(oobx_ep_t *ep);
 int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks);
 
+/* Gives the endpoint a source of addresses: fn(arg, r, &len) is rank r's
+ * transport address (or NULL). The endpoint calls the transport's set_peer
+ * for r from it the first time r is needed (a send, a name, the transport's
+ * need_peer), and release(arg) when it goes away. Lock held. */
+int oobx__ep_set_addr_source(oobx_ep_t *ep, const void *(*fn)(void *arg, int r, size_t *len), void *arg,
+                             void (*release)(void *arg));
+
 /* All of these are called with ep->lock held. */
+/* Records endpoint rank r's address from the source unless done already
+ * (0 without a source). */
+int oobx__ep_know(oobx_ep_t *ep, int r);
 int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, const void *buf, size_t len,
                    oobx_sreq_t *req);
 /* Posts a receive from view rank peer. Returns 0 or an error (peer failed). */

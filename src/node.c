@@ -19,7 +19,7 @@
 #include "util.h"
 
 #define NODE_MAGIC 0x45444f4e58424f4full /* "OOBXNODE" */
-#define NODE_VERSION 1
+#define NODE_VERSION 2
 #define NODE_HDR_BYTES 4096
 #define NODE_SLICE_MS 100 /* waits wake at least this often to look at pids, aborts and the deadline */
 #define NODE_ERROR_MAX 1024
@@ -34,6 +34,8 @@ typedef struct node_hdr {
     uint32_t ready;  /* futex: members whose cards are in */
     int32_t state;   /* futex: 0 running, 1 complete, < 0 the leader's failure */
     uint32_t ncards; /* cards in the table */
+    uint32_t hosts;  /* the leader's count of the hosts the cards name (before state = 1) */
+    uint32_t over;   /* 1: some host runs more ranks than it has CPUs (idem) */
     uint32_t pad;
     uint64_t data_bytes; /* each of the allgather's two buffers */
     uint64_t heap_used;  /* bytes of the card heap handed out */
@@ -418,6 +420,18 @@ int oobx__node_wait_members(oobx__node_t *n, const int *members)
         }
         wait_slice(n, &h->ready, r);
     }
+}
+
+void oobx__node_set_summary(oobx__node_t *n, int hosts, int over)
+{
+    hdr(n)->hosts = (uint32_t)hosts;
+    hdr(n)->over = over ? 1u : 0u;
+}
+
+void oobx__node_summary(const oobx__node_t *n, int *hosts, int *over)
+{
+    *hosts = (int)hdr(n)->hosts;
+    *over = (int)hdr(n)->over;
 }
 
 void oobx__node_finish(oobx__node_t *n, int status, const char *text)

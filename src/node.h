@@ -52,6 +52,13 @@ const unsigned char *oobx__node_card(const oobx__node_t *n, int rank, size_t *le
 /* Cards in the table. */
 int oobx__node_count(const oobx__node_t *n);
 
+/* Leader, before finishing: what every member learns with the table (the
+ * number of hosts the cards name; whether some host is oversubscribed), so
+ * that no member reads all N cards. */
+void oobx__node_set_summary(oobx__node_t *n, int hosts, int over);
+/* After oobx__node_wait_finish (or the leader's own set_summary). */
+void oobx__node_summary(const oobx__node_t *n, int *hosts, int *over);
+
 /* Leader: the table is complete (status 0), or the exchange failed (status
  * < 0, text says why): wakes the members. */
 void oobx__node_finish(oobx__node_t *n, int status, const char *text);

@@ -32,7 +32,7 @@
 #include "log.h"
 #include "settings.h"
 
-#define OOBX_TP_VERSION 2 /* 2: sleep() gets the pollfds, every op set */
+#define OOBX_TP_VERSION 3 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer */
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };
@@ -65,6 +65,12 @@ typedef struct oobx_tp_sink {
     /* The link to peer is gone. Pending and later sends to it fail; receives
      * from it fail. what says why ("connection reset by 10.0.0.3:4100"). */
     void (*peer_failed)(void *core, int peer, int status, const char *what);
+    /* The transport needs peer's address and set_peer was not called for it
+     * (a message came from a peer it never sent to, a name for a message):
+     * the core calls set_peer(peer) before it returns 0 when it knows the
+     * address (the node-aware path hands out addresses on first use), or
+     * returns an error and the transport goes on without it. */
+    int (*need_peer)(void *core, int peer);
 } oobx_tp_sink_t;
 
 typedef struct oobx_tp_params {
@@ -102,7 +108,10 @@ struct oobx_tp_ops {
     int (*address)(oobx_tp_t *tp, void *blob, size_t *len);
 
     /* Records peer's address blob. No I/O. Returns OOBX_ERR_PROTOCOL for a
-     * blob this transport cannot parse. */
+     * blob this transport cannot parse. Not every peer gets one at init: on
+     * the node-aware path only the ring neighbours do, and the others when
+     * first needed (a send, or sink.need_peer). May be called again for the
+     * same peer with the same blob. */
     int (*set_peer)(oobx_tp_t *tp, int peer, const void *blob, size_t len);
 
     /* Tells the transport its ring neighbours (-1 for none), so it can set up

@@ -108,6 +108,12 @@ int ucx_pid_alive(uint32_t pid)
     return 1;
 }
 
+int ucx_peer_known(ucx_tp_t *tp, int peer)
+{
+    if (!tp->peers[peer].addr && tp->sink.need_peer) (void)tp->sink.need_peer(tp->sink.core, peer);
+    return tp->peers[peer].addr != NULL;
+}
+
 /* Starts watching the pid of a peer on this host (see ucx_peer_ep). */
 void ucx_peer_watch(ucx_tp_t *tp, int peer)
 {
@@ -121,7 +127,7 @@ ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
     if (p->ep || p->fail.failed) return p->ep;
-    if (!p->addr) return NULL;
+    if (!ucx_peer_known(tp, peer)) return NULL;
     /* UCX 1.13's shared-memory transports have no peer failure handling, and
      * an endpoint that asks for it is built without them (tcp only, or nothing
      * under UCX_TLS=posix,self). So a peer on this host gets an endpoint
@@ -530,7 +536,7 @@ out_destroy:
 static void ucx_peer_name(oobx_tp_t *base, int peer, char *buf, size_t len)
 {
     ucx_tp_t *tp = (ucx_tp_t *)base;
-    if (peer >= 0 && peer < tp->nranks && tp->peers[peer].addr)
+    if (peer >= 0 && peer < tp->nranks && ucx_peer_known(tp, peer))
         snprintf(buf, len, "rank %d (ucx %s pid %u)", peer, tp->peers[peer].host, tp->peers[peer].pid);
     else
         snprintf(buf, len, "rank %d (ucx)", peer);

@@ -157,6 +157,9 @@ void ucx_peer_fail(ucx_tp_t *tp, int peer, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int ucx_pid_alive(uint32_t pid);
 void ucx_peer_watch(ucx_tp_t *tp, int peer);
+/* 1 when peer's address is known, asking the core for it first if needed
+ * (the node-aware path hands addresses out on first use). */
+int ucx_peer_known(ucx_tp_t *tp, int peer);
 ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer);
 /* Progresses the worker until req completes or ms pass. */
 void ucx_wait_req(ucx_tp_t *tp, ucs_status_ptr_t req, int ms);

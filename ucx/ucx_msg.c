@@ -176,7 +176,7 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
     ucx_peer_t *p = &tp->peers[peer];
     if (p->fail.failed)
         return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
-    if (!p->addr)
+    if (!ucx_peer_known(tp, peer))
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
     if (tp->rtx.setup && tp->rtx.peer == peer) ucx_ring_activate(tp);
     ucp_ep_h ep = p->fail.failed ? NULL : ucx_peer_ep(tp, peer);
@@ -457,7 +457,7 @@ void ucx_probe(ucx_tp_t *tp)
         /* watch the sender for failures too: its pid on this host, else an
          * endpoint with UCX's error handling */
         if (!p->ep && !p->fail.failed && !p->watch_pid) {
-            if (p->addr && strcmp(p->host, tp->host) == 0)
+            if (ucx_peer_known(tp, peer) && strcmp(p->host, tp->host) == 0)
                 ucx_peer_watch(tp, peer);
             else
                 ucx_peer_ep(tp, peer);

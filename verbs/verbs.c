@@ -55,9 +55,16 @@
 
 /* ---- names and failures --------------------------------------------------------- */
 
+int verbs_peer_known(verbs_tp_t *tp, int peer)
+{
+    if (!tp->peers[peer].have_addr && tp->sink.need_peer) (void)tp->sink.need_peer(tp->sink.core, peer);
+    return tp->peers[peer].have_addr;
+}
+
 const char *verbs_who(verbs_tp_t *tp, int peer, char *buf, size_t len)
 {
     const verbs_peer_t *p = &tp->peers[peer];
+    if (!p->have_addr && !p->addr_text[0]) (void)verbs_peer_known(tp, peer);
     snprintf(buf, len, "rank %d (%s)", peer, p->addr_text[0] ? p->addr_text : "address unknown");
     return buf;
 }
@@ -742,7 +749,7 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
         return oobx__fail(tp->log, OOBX_ERR_INVALID, "verbs: send to rank %d of %d", peer, tp->nranks);
     verbs_peer_t *p = &tp->peers[peer];
     if (p->fail.failed) return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
-    if (!p->have_addr && !p->conn)
+    if (!p->conn && !verbs_peer_known(tp, peer))
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "verbs: send to rank %d before its address", peer);
     verbs_send_t *s = calloc(1, sizeof(*s));
     if (!s) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "verbs: out of memory sending to rank %d", peer);

@@ -170,6 +170,8 @@ static inline uint64_t verbs_wrid(const verbs_conn_t *c, int kind, uint32_t idx)
 
 /* "rank 3 (127.0.0.1:41233)" */
 const char *verbs_who(verbs_tp_t *tp, int peer, char *buf, size_t len);
+/* 1 when peer's address is known, asking the core for it first if needed. */
+int verbs_peer_known(verbs_tp_t *tp, int peer);
 void verbs_mark_dirty(verbs_tp_t *tp, int peer);
 /* Records that peer failed (reported, once, at the end of progress). */
 void verbs_peer_fail(verbs_tp_t *tp, int peer, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
