@@ -165,13 +165,18 @@ static void conn_retire(sk_tp_t *t, sk_conn_t *c)
     t->nstray_dead++;
 }
 
+/* 1 when peer's address is known, asking the core for it first if needed (a
+ * peer that only ever connected to us, on the node-aware path). */
+static int peer_known(sk_tp_t *t, int peer)
+{
+    if (!t->peers[peer].have_addr && t->p.sink.need_peer) (void)t->p.sink.need_peer(t->p.sink.core, peer);
+    return t->peers[peer].have_addr;
+}
+
 static void peer_describe(sk_tp_t *t, int peer, char *buf, size_t len)
 {
     char a[96] = "address unknown";
-    /* a peer that only ever connected to us: its address from the core */
-    if (peer >= 0 && peer < t->nranks && !t->peers[peer].have_addr && t->p.sink.need_peer)
-        (void)t->p.sink.need_peer(t->p.sink.core, peer);
-    if (peer >= 0 && peer < t->nranks && t->peers[peer].have_addr) oobx__sock_addr_format(&t->peers[peer].addr, a, sizeof(a));
+    if (peer >= 0 && peer < t->nranks && peer_known(t, peer)) oobx__sock_addr_format(&t->peers[peer].addr, a, sizeof(a));
     snprintf(buf, len, "rank %d (%s)", peer, a);
 }
 
@@ -207,8 +212,7 @@ static int peer_connect(sk_tp_t *t, int peer)
 {
     sk_peer_t *pp = &t->peers[peer];
     char who[160];
-    if (!pp->have_addr && t->p.sink.need_peer) (void)t->p.sink.need_peer(t->p.sink.core, peer);
-    if (!pp->have_addr) {
+    if (!peer_known(t, peer)) {
         peer_describe(t, peer, who, sizeof(who));
         return oobx__fail(t->log, OOBX_ERR_INTERNAL, "socket: no address for %s", who);
     }

@@ -44,12 +44,11 @@ static ucx_sreq_t *ucx_sreq_new(ucx_tp_t *tp, size_t extra)
         tp->sreq_pool = s->next;
         tp->nsreq_pool--;
         memset(s, 0, offsetof(ucx_sreq_t, ctrl));
-        s->peer = -1;
     } else {
         s = calloc(1, sizeof(*s) + extra);
-        if (s) s->peer = -1;
         if (!s) return NULL;
     }
+    s->peer = -1;
     s->poolable = extra == 0;
     s->tp = tp;
     s->live_next = tp->live;

@@ -110,7 +110,7 @@ int ucx_ring(oobx_tp_t *base, int prev, int next)
         free(e);
     }
     if (prev < 0 || prev == tp->rank || tp->ring_mode == UCX_RING_TAG) return 0;
-    if (prev >= tp->nranks || !tp->peers[prev].addr)
+    if (prev >= tp->nranks || !ucx_peer_known(tp, prev))
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: ring neighbour %d has no address", prev);
 
     char why[200];
