@@ -71,9 +71,12 @@ job n48_4hosts_round_robin_roots2 48 2 'OOBX_RANK % 4' 4 OOBX_TRANSPORT=socket
 job n32_4hosts_small_node_buf 32 1 'OOBX_RANK / 8' 4 OOBX_TRANSPORT=socket OOBX_NODE_BUF=1k
 job n256_8hosts_roots4 256 4 'OOBX_RANK / 32' 8 OOBX_TRANSPORT=socket
 job n64_16hosts_ucx 64 2 'OOBX_RANK / 4' 16 OOBX_TRANSPORT=ucx UCX_TLS=tcp
-job n2048_one_host_roots8 2048 8 one 1 OOBX_TRANSPORT=socket
+# On 2 cores 2048 ranks take about 90 s to start (launch included), near the
+# default 120 s timeout of a call: the big jobs get the launcher's 300 s less a margin.
+big=OOBX_TIMEOUT_MS=280000
+job n2048_one_host_roots8 2048 8 one 1 OOBX_TRANSPORT=socket $big
 if [ "$mode" = long ]; then
-    job n10240_one_host_roots16 10240 16 one 16 OOBX_TRANSPORT=socket
-    job n10240_16hosts_roots16 10240 16 'OOBX_RANK / 640' 16 OOBX_TRANSPORT=socket
+    job n10240_one_host_roots16 10240 16 one 16 OOBX_TRANSPORT=socket $big
+    job n10240_16hosts_roots16 10240 16 'OOBX_RANK / 640' 16 OOBX_TRANSPORT=socket $big
 fi
 cm_summary
