@@ -221,6 +221,15 @@ else
     failed_suites+=(fault-missing)
 fi
 
+# what each failed suite said, so that the end of the output shows why
+for name in "${failed_suites[@]}"; do
+    [ -f "$logdir/$name.log" ] || continue
+    echo
+    echo "==== why $name failed (from $logdir/$name.log)"
+    grep -E '\[  (ERROR|FAILED) +\]|\[   LINE   \]|runtime error:|ERROR: (Address|Leak)Sanitizer|still running after' \
+        "$logdir/$name.log" | grep -v 'listed below' | cut -c1-600 | head -40
+done
+
 echo
 echo "==== $mode of $build in $(( $(date +%s) - started )) s${failed_suites[*]:+; failed: ${failed_suites[*]}}"
 echo "tests: $total_pass passed, $total_fail failed, $total_skip skipped"
