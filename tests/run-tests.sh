@@ -10,8 +10,9 @@
 #            liboobx-ucx.so is built, unless OOBX_TEST_UCX=0; verbs on the
 #            emulated device when liboobx-verbs.so is built and the host has no
 #            RDMA device, unless OOBX_TEST_VERBS=0), the conformance
-#            suite once per transport variant (UCX ones when liboobx-ucx.so is
-#            built, unless OOBX_TEST_UCX=0), the fault suite (also over the
+#            suite once per transport variant (UCX over tcp and over shared
+#            memory when liboobx-ucx.so is built, unless OOBX_TEST_UCX=0; UCX's
+#            default transports in long), the fault suite (also over the
 #            three UCX variants, unless OOBX_TEST_UCX=0); both suites over
 #            verbs when liboobx-verbs.so is built (on the emulated device when
 #            the host has no RDMA device; OOBX_TEST_VERBS=0 leaves them out)
@@ -188,7 +189,11 @@ if [ -x "$conf" ]; then
         ucx_max=${OOBX_TEST_UCX_MAX_RANKS:-64}
         suite conformance-ucx-tcp "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
         suite conformance-ucx-shm "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
-        suite conformance-ucx-default "$conf_deadline" OOBX_TRANSPORT=ucx OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
+        # UCX's own choice of transports (shared memory and tcp here): the fault
+        # suite covers it in every mode, the whole conformance suite in long
+        if [ "$mode" = long ]; then
+            suite conformance-ucx-default "$conf_deadline" OOBX_TRANSPORT=ucx OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
+        fi
     else
         echo
         echo "==== conformance-ucx: $build/lib/oobx/liboobx-ucx.so not built (UCX not found): skipped"

@@ -76,7 +76,7 @@ job n64_16hosts_ucx 64 2 'OOBX_RANK / 4' 16 OOBX_TRANSPORT=ucx UCX_TLS=tcp
 big=OOBX_TIMEOUT_MS=280000
 job n2048_one_host_roots8 2048 8 one 1 OOBX_TRANSPORT=socket $big
 if [ "$mode" = long ]; then
-    job n10240_one_host_roots16 10240 16 one 16 OOBX_TRANSPORT=socket $big
+    job n10240_one_host_roots16 10240 16 one 1 OOBX_TRANSPORT=socket $big
     job n10240_16hosts_roots16 10240 16 'OOBX_RANK / 640' 16 OOBX_TRANSPORT=socket $big
 fi
 cm_summary
