@@ -21,7 +21,14 @@
 #define NODE_MAGIC 0x45444f4e58424f4full /* "OOBXNODE" */
 #define NODE_VERSION 2
 #define NODE_HDR_BYTES 4096
-#define NODE_SLICE_MS 100 /* waits wake at least this often to look at pids, aborts and the deadline */
+/* Waits wake at least once a slice to look at pids, aborts and the deadline:
+ * 100 ms for a host of up to 50 ranks, 2 ms a rank above that, at most 1 s
+ * (on an oversubscribed host thousands of waiters waking ten times a second
+ * cost more CPU than the bootstrap itself); 50 ms while a user abort flag,
+ * which nobody signals, is watched. */
+#define NODE_SLICE_MIN_MS 100
+#define NODE_SLICE_MAX_MS 1000
+#define NODE_SLICE_ABORT_MS 50
 #define NODE_ERROR_MAX 1024
 
 /* At offset 0 of the segment. The words that change are accessed with
@@ -119,8 +126,12 @@ static void wake_all(uint32_t *word)
 /* Sleeps while *word == seen, for one slice at most (less near the deadline). */
 static void wait_slice(const oobx__node_t *n, uint32_t *word, uint32_t seen)
 {
-    int ms = oobx__ms_left(n->p.cancel ? n->p.cancel->deadline_ns : UINT64_MAX, NODE_SLICE_MS);
-    if (ms < 0 || ms > NODE_SLICE_MS) ms = NODE_SLICE_MS;
+    int slice = n->p.local_size * 2;
+    if (slice < NODE_SLICE_MIN_MS) slice = NODE_SLICE_MIN_MS;
+    if (slice > NODE_SLICE_MAX_MS) slice = NODE_SLICE_MAX_MS;
+    if (n->p.cancel && n->p.cancel->user_abort) slice = NODE_SLICE_ABORT_MS;
+    int ms = oobx__ms_left(n->p.cancel ? n->p.cancel->deadline_ns : UINT64_MAX, slice);
+    if (ms < 0 || ms > slice) ms = slice;
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     futex(word, FUTEX_WAIT, seen, &ts);
 }
