@@ -16,6 +16,8 @@
 #            three UCX variants, unless OOBX_TEST_UCX=0); both suites over
 #            verbs when liboobx-verbs.so is built (on the emulated device when
 #            the host has no RDMA device; OOBX_TEST_VERBS=0 leaves them out)
+#            and the quiet check (tests/quiet: clean runs print nothing on
+#            stderr, and no UCX log line in the UCX conformance logs)
 # check-san  the same at OOBX_TEST_SCALE=small (for SAN=address|undefined builds)
 # long       the conformance and fault suites at OOBX_TEST_SCALE=long
 #
@@ -177,6 +179,7 @@ case "$mode" in
     long) conf_deadline=3000; fault_deadline=3000 ;;
     *) conf_deadline=900; fault_deadline=600 ;;
 esac
+quiet_logs=()
 if [ -x "$conf" ]; then
     suite conformance-socket "$conf_deadline" OOBX_TRANSPORT=socket -- "$conf"
     # the node-aware bootstrap and allgather at every size (by default from 128 ranks)
@@ -189,10 +192,12 @@ if [ -x "$conf" ]; then
         ucx_max=${OOBX_TEST_UCX_MAX_RANKS:-64}
         suite conformance-ucx-tcp "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
         suite conformance-ucx-shm "$conf_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
+        quiet_logs+=("$logdir/conformance-ucx-tcp.log" "$logdir/conformance-ucx-shm.log")
         # UCX's own choice of transports (shared memory and tcp here): the fault
         # suite covers it in every mode, the whole conformance suite in long
         if [ "$mode" = long ]; then
             suite conformance-ucx-default "$conf_deadline" OOBX_TRANSPORT=ucx OOBX_TEST_MAX_RANKS="$ucx_max" -- "$conf"
+            quiet_logs+=("$logdir/conformance-ucx-default.log")
         fi
     else
         echo
@@ -224,6 +229,12 @@ else
     echo "==== fault: $fault not built"
     total_fail=$((total_fail + 1))
     failed_suites+=(fault-missing)
+fi
+
+# clean runs print nothing: oobx-demo over every transport, and no line from
+# UCX's log in this run's UCX conformance logs
+if [ "$mode" != long ]; then
+    suite quiet 600 -- bash tests/quiet/check-quiet.sh "$build" "${quiet_logs[@]}"
 fi
 
 # what each failed suite said, so that the end of the output shows why

@@ -51,6 +51,7 @@
  * ucx_wire.c (the parsers of what other processes send).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,6 +61,7 @@
 #include <sys/epoll.h>
 
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #include "log.h"
 #include "transport.h"
@@ -70,6 +72,59 @@
 extern const oobx_tp_ops_t oobx_ucx_ops;
 
 /* ---- peers and failures ------------------------------------------------------- */
+
+/* ---- UCX's own log lines ----
+ *
+ * UCX logs through a process-wide list of handlers. The module pushes one,
+ * once per process; it speaks for a transport only while this thread is
+ * inside one of its ops (ucx_log_tp, set by the op wrappers at the end of
+ * this file), and sends the line to that communicator's log:
+ *  - inside create, at WARN: what UCX says of its configuration (an unknown
+ *    transport in UCX_TLS, a device it cannot use) is for the user;
+ *  - otherwise at DEBUG: a flush that fails because the peer closed first,
+ *    a shared-memory FIFO of a peer that has left, a full listen backlog
+ *    that UCX retries. A failure that matters comes back from UCX as a
+ *    status, and oobx reports it itself, naming the rank.
+ * Lines from threads outside our ops (another UCX user in the process,
+ * UCX's async thread) and everything under UCX_LOG_LEVEL go to UCX's own
+ * handler, as they would without oobx. */
+static __thread ucx_tp_t *ucx_log_tp;
+static pthread_once_t ucx_log_once = PTHREAD_ONCE_INIT;
+
+static ucs_log_func_rc_t ucx_log_handler(const char *file, unsigned line, const char *function,
+                                         ucs_log_level_t level, const ucs_log_component_config_t *comp,
+                                         const char *fmt, va_list ap)
+{
+    (void)function;
+    (void)comp;
+    ucx_tp_t *tp = ucx_log_tp;
+    if (!tp || tp->ucx_log_user || level > UCS_LOG_LEVEL_WARN) return UCS_LOG_FUNC_RC_CONTINUE;
+    char text[512];
+    vsnprintf(text, sizeof(text), fmt, ap);
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    const char *lv = level <= UCS_LOG_LEVEL_ERROR ? "error" : "warning";
+    if (tp->creating)
+        OOBX_WARN(tp->log, "ucx: UCX %s (%s:%u): %s", lv, base, line, text);
+    else
+        OOBX_DEBUG(tp->log, "ucx: UCX %s (%s:%u)%s: %s", lv, base, line, tp->destroying ? " at destroy" : "", text);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void ucx_log_push(void) { ucs_log_push_handler(ucx_log_handler); }
+
+/* Makes tp the transport this thread's UCX calls speak for; returns the one before. */
+static ucx_tp_t *ucx_log_enter(ucx_tp_t *tp)
+{
+    ucx_tp_t *prev = ucx_log_tp;
+    ucx_log_tp = tp;
+    return prev;
+}
+
+static void ucx_log_leave(ucx_tp_t **prev) { ucx_log_tp = *prev; }
+
+/* for the rest of the enclosing block */
+#define UCX_LOG_SCOPE(tp) ucx_tp_t *ucx_log_prev_ __attribute__((cleanup(ucx_log_leave))) = ucx_log_enter(tp)
 
 void ucx_mark_dirty(ucx_tp_t *tp, int peer)
 {
@@ -402,6 +457,10 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->sleep_fd = -1;
     tp->wake_fd = p->wake_fd;
     tp->ring_mode = mode;
+    UCX_LOG_SCOPE(tp);
+    tp->creating = 1;
+    tp->ucx_log_user = getenv("UCX_LOG_LEVEL") != NULL;
+    pthread_once(&ucx_log_once, ucx_log_push);
     tp->rrx.peer = -1;
     tp->rtx.peer = -1;
     tp->rtx.early_peer = -1;
@@ -525,10 +584,12 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     }
     OOBX_DEBUG(p->log, "ucx: worker ready, address of %zu bytes, ring %s", tp->my_addr_len,
                ucx_ring_mode_name(mode));
+    tp->creating = 0;
     *out = &tp->base;
     return 0;
 
 out_destroy:
+    tp->creating = 0;
     ucx_destroy(&tp->base);
     return rc;
 }
@@ -680,21 +741,70 @@ const oobx_setting_desc_t ucx_settings_table[] = {
     {NULL, NULL, NULL, 0, 0, 0},
 };
 
+/* The ops as the core calls them: UCX's log lines during each speak for this
+ * transport (see ucx_log_handler). */
+static int op_address(oobx_tp_t *b, void *blob, size_t *len)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    return ucx_address(b, blob, len);
+}
+static int op_set_peer(oobx_tp_t *b, int peer, const void *blob, size_t len)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    return ucx_set_peer(b, peer, blob, len);
+}
+static int op_ring(oobx_tp_t *b, int prev, int next)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    return ucx_ring(b, prev, next);
+}
+static int op_send(oobx_tp_t *b, int peer, const oobx_msg_hdr_t *hdr, const void *payload, oobx_tp_req_t *req)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    return ucx_send(b, peer, hdr, payload, req);
+}
+static int op_progress(oobx_tp_t *b)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    return ucx_progress(b);
+}
+static int op_wait_prepare(oobx_tp_t *b, struct pollfd *fds, int max, int *nfds, int *timeout_ms)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    return ucx_wait_prepare(b, fds, max, nfds, timeout_ms);
+}
+static int op_sleep(oobx_tp_t *b, struct pollfd *fds, int nfds, int timeout_ms)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    return ucx_sleep(b, fds, nfds, timeout_ms);
+}
+static void op_peer_name(oobx_tp_t *b, int peer, char *buf, size_t len)
+{
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    ucx_peer_name(b, peer, buf, len);
+}
+static void op_destroy(oobx_tp_t *b)
+{
+    if (!b) return;
+    UCX_LOG_SCOPE((ucx_tp_t *)b);
+    ucx_destroy(b);
+}
+
 const oobx_tp_ops_t oobx_ucx_ops = {
     .version = OOBX_TP_VERSION,
     .name = "ucx",
     .settings = ucx_settings_table,
     .create = ucx_create,
-    .address = ucx_address,
-    .set_peer = ucx_set_peer,
-    .ring = ucx_ring,
-    .send = ucx_send,
-    .progress = ucx_progress,
-    .wait_prepare = ucx_wait_prepare,
-    .sleep = ucx_sleep,
+    .address = op_address,
+    .set_peer = op_set_peer,
+    .ring = op_ring,
+    .send = op_send,
+    .progress = op_progress,
+    .wait_prepare = op_wait_prepare,
+    .sleep = op_sleep,
     .describe = ucx_describe,
-    .peer_name = ucx_peer_name,
-    .destroy = ucx_destroy,
+    .peer_name = op_peer_name,
+    .destroy = op_destroy,
 };
 
 oobx__module_export int oobx_tp_module_init(const oobx_core_api_t *api, const oobx_tp_ops_t **ops, char *why,

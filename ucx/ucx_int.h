@@ -137,6 +137,8 @@ struct ucx_tp {
     ucx_sreq_t *live;       /* unfinished sends */
     ucx_rrec_t *orphans;    /* records of dropped peers with a UCX receive still out */
     int destroying;         /* completions no longer reach the core */
+    int creating;           /* inside create: UCX's words on its configuration are the user's business */
+    int ucx_log_user;       /* UCX_LOG_LEVEL is set: UCX prints as the user asked */
     ucx_sreq_t *sreq_pool;  /* free send records */
     ucx_rrec_t *rrec_pool;  /* free receive records */
     int nsreq_pool, nrrec_pool;
