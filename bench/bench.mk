@@ -39,6 +39,12 @@ $(BINDIR)/oobx-boot: $(OBJDIR)/bench/oobx_boot.o $(LIBOOBX_SO)
 	$(CC) -o $@ $< $(PROG_LDFLAGS)
 ALL_TARGETS += $(BINDIR)/oobx-boot
 
+# the failure benchmark's rank (bench/failure.py): built with `all`
+$(BINDIR)/oobx-failure: $(OBJDIR)/bench/oobx_failure.o $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(PROG_LDFLAGS)
+ALL_TARGETS += $(BINDIR)/oobx-failure
+
 $(BINDIR)/oobx-init-time: $(OBJDIR)/bench/oobx_init_time.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(PROG_LDFLAGS)

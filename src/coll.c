@@ -324,13 +324,14 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
     }
     gather_run_t gr = {&q, posted};
     uint64_t t0 = oobx__now_ns();
-    if (rc == 0) rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings->timeout_ms));
+    int waited = 0; /* the wait's own status: its message is written below */
+    if (rc == 0) rc = waited = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings->timeout_ms));
     for (int i = 0; rc == 0 && i < posted; i++)
         if (q.r[i].status) {
             rc = peer_error(c, q.r[i].status, member(g, children[i]), "%s (gather): receiving", what);
             break;
         }
-    if (rc != 0 && rc != OOBX_ERR_TIMEOUT && rc != OOBX_ERR_ABORTED) {
+    if (rc != 0 && !waited) {
         reqs_release(c, &q, posted, NULL);
         return rc;
     }

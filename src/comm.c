@@ -26,6 +26,8 @@ int oobx__comm_check(struct oobx_comm *c, const char *fn)
         return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the communicator was aborted", fn, c->v.rank);
     if (c->v.user_abort && *c->v.user_abort)
         return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the abort flag is set", fn, c->v.rank);
+    const char *f = c->v.ep ? oobx__ep_view_failure(&c->v) : NULL;
+    if (f) return oobx__fail(&c->log, OOBX_ERR_REMOTE, "%s: rank %d: %s", fn, c->v.rank, f);
     return 0;
 }
 

@@ -98,11 +98,140 @@ static void rreq_complete(oobx_rreq_t *r, size_t len, int status)
     r->done = 1;
 }
 
+/* ---- the endpoint's own messages (OOBX_MSG_CTRL, context 0) ----
+ *
+ * BYE (no payload): the sender released its endpoint; its links going down
+ * afterwards are its leaving, not a failure. FAIL: u32 failed rank, i32
+ * status, then the text (at most CTRL_TEXT_MAX bytes): a rank failed; the
+ * receiver fails the communicators that contain it and passes the notice
+ * on. They travel on the job's own links, whose hellos carry the
+ * communicator's magic. */
+enum { CTRL_BYE = 1, CTRL_FAIL = 2 };
+#define CTRL_TEXT_MAX 600
+#define CTRL_FAIL_HDR 8
+
+typedef struct ctrl_rx {
+    int is_ux; /* 2 */
+    int src;
+    uint64_t tag;
+    size_t len;
+    unsigned char data[];
+} ctrl_rx_t;
+
+/* Records the communicator-wide failure of endpoint rank r (the first one
+ * only); the notice goes out from oobx__ep_spread. */
+static void fail_record(oobx_ep_t *ep, int r, int status, const char *text)
+{
+    if (!ep->fail_job || ep->closing || atomic_load(&ep->fail_rank) >= 0) return;
+    snprintf(ep->fail_text, sizeof(ep->fail_text), "%s", text);
+    ep->fail_status = status ? status : OOBX_ERR_REMOTE;
+    atomic_store(&ep->fail_rank, r);
+    ep->fail_spread = 1;
+    OOBX_DEBUG(ep->log, "rank %d: communicator-wide failure: %s", ep->rank, ep->fail_text);
+}
+
+static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
+{
+    if (m->src < 0 || m->src >= ep->nranks) return;
+    if (m->tag == CTRL_BYE) {
+        ep->departed[m->src] = 1;
+    } else if (m->tag == CTRL_FAIL && m->len >= CTRL_FAIL_HDR && m->len <= CTRL_FAIL_HDR + CTRL_TEXT_MAX) {
+        uint32_t r = (uint32_t)m->data[0] | (uint32_t)m->data[1] << 8 | (uint32_t)m->data[2] << 16 |
+                     (uint32_t)m->data[3] << 24;
+        if (r >= (uint32_t)ep->nranks) {
+            OOBX_WARN(ep->log, "rank %d: rank %d sent a failure notice for rank %u of %d; dropped", ep->rank,
+                      m->src, r, ep->nranks);
+            return;
+        }
+        char text[CTRL_TEXT_MAX + 1];
+        size_t n = m->len - CTRL_FAIL_HDR;
+        memcpy(text, m->data + CTRL_FAIL_HDR, n);
+        text[n] = '\0';
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)text[i] < 0x20) text[i] = ' ';
+        fail_record(ep, (int)r, OOBX_ERR_REMOTE, text);
+    } else {
+        OOBX_WARN(ep->log, "rank %d: rank %d sent a control message of kind %llu and %zu bytes; dropped", ep->rank,
+                  m->src, (unsigned long long)m->tag, m->len);
+    }
+}
+
+/* Sends the recorded failure to endpoint rank t. */
+static void send_notice(oobx_ep_t *ep, int t)
+{
+    typedef struct {
+        oobx_sreq_t req;
+        unsigned char msg[CTRL_FAIL_HDR + CTRL_TEXT_MAX];
+    } notice_t;
+    int r = atomic_load(&ep->fail_rank);
+    size_t tl = strlen(ep->fail_text);
+    if (tl > CTRL_TEXT_MAX) tl = CTRL_TEXT_MAX;
+    notice_t *n = malloc(sizeof(*n));
+    if (!n) return;
+    memset(&n->req, 0, sizeof(n->req));
+    n->req.peer = t;
+    uint32_t st = (uint32_t)ep->fail_status;
+    for (int k = 0; k < 4; k++) {
+        n->msg[k] = (unsigned char)((uint32_t)r >> (8 * k));
+        n->msg[4 + k] = (unsigned char)(st >> (8 * k));
+    }
+    memcpy(n->msg + CTRL_FAIL_HDR, ep->fail_text, tl);
+    oobx_msg_hdr_t h = {.ctx = 0, .tag = CTRL_FAIL, .len = CTRL_FAIL_HDR + tl, .src = ep->rank, .kind = OOBX_MSG_CTRL};
+    int rc = oobx__ep_know(ep, t);
+    if (rc == 0) rc = ep->ops->send(ep->tp, t, &h, n->msg, &n->req.tp);
+    if (rc != 0) {
+        OOBX_DEBUG(ep->log, "rank %d: the failure notice to rank %d did not go: %s", ep->rank, t, oobx_strerror(rc));
+        free(n);
+        return;
+    }
+    ep->talked[t] = 1;
+    oobx__ep_adopt(ep, n); /* the transport may hold it until the endpoint goes */
+}
+
+void oobx__ep_spread(oobx_ep_t *ep)
+{
+    if (!ep->fail_spread) return;
+    ep->fail_spread = 0;
+    int r = atomic_load(&ep->fail_rank);
+    /* to me+1, me+2, me+4, ...: every rank that hears it does the same, so
+     * the news reaches all N in about log2(N) steps, along log2(N) paths
+     * into each rank (a dead forwarder does not stop it) */
+    for (long d = 1; d < ep->nranks; d <<= 1) {
+        int t = (int)((ep->rank + d) % ep->nranks);
+        if (t == r || t == ep->rank || ep->failed[t] || ep->departed[t]) continue;
+        send_notice(ep, t);
+    }
+}
+
+const char *oobx__ep_view_failure(const oobx__ep_view_t *v)
+{
+    oobx_ep_t *ep = v->ep;
+    if (!ep) return NULL;
+    int r = atomic_load(&ep->fail_rank);
+    if (r < 0) return NULL;
+    if (!v->ep_rank) return ep->fail_text;
+    for (int i = 0; i < v->nranks; i++)
+        if (v->ep_rank[i] == r) return ep->fail_text;
+    return NULL;
+}
+
 /* ---- the sink: called by the transport with the lock held ---- */
 
 static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
 {
     oobx_ep_t *ep = core;
+    if (hdr->src >= 0 && hdr->src < ep->nranks && ep->talked) ep->talked[hdr->src] = 1;
+    if (hdr->kind == OOBX_MSG_CTRL) {
+        ctrl_rx_t *m = malloc(sizeof(*m) + (size_t)hdr->len);
+        if (!m) return NULL;
+        m->is_ux = 2;
+        m->src = hdr->src;
+        m->tag = hdr->tag;
+        m->len = (size_t)hdr->len;
+        *cookie = m;
+        inflight_add(ep, m);
+        return m->len ? m->data : NULL;
+    }
     oobx_mq_t *q = mq_find(ep, hdr->ctx, hdr->kind, hdr->src, hdr->tag, 0);
     if (q && q->rq_head) {
         oobx_rreq_t *r = q->rq_head;
@@ -153,6 +282,11 @@ static void sink_msg_end(void *core, void *cookie)
     oobx_ep_t *ep = core;
     if (!cookie) return;
     inflight_del(ep, cookie);
+    if (((oobx_rreq_t *)cookie)->is_ux == 2) {
+        ctrl_take(ep, cookie);
+        free(cookie);
+        return;
+    }
     if (((oobx_rreq_t *)cookie)->is_ux == 0) {
         oobx_rreq_t *r = cookie;
         if (r->discard) {
@@ -189,7 +323,18 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
     if (peer < 0 || peer >= ep->nranks) return;
     if (!ep->failed[peer]) {
         ep->failed[peer] = status ? status : OOBX_ERR_REMOTE;
-        ep->failed_what[peer] = strdup(what ? what : "failed");
+        if (ep->departed[peer]) {
+            char text[700];
+            snprintf(text, sizeof(text), "rank %d left: it destroyed its communicator (%s)", peer,
+                     what ? what : "link closed");
+            ep->failed_what[peer] = strdup(text);
+        } else {
+            ep->failed_what[peer] = strdup(what ? what : "failed");
+            char text[CTRL_TEXT_MAX];
+            snprintf(text, sizeof(text), "rank %d failed (seen by rank %d: %s)", peer, ep->rank,
+                     what ? what : "its link failed");
+            fail_record(ep, peer, status, text);
+        }
     }
     /* posted receives from it */
     for (size_t b = 0; b < ep->nbuckets; b++) {
@@ -216,7 +361,14 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
     /* receives being written into, and messages that lost their queue */
     for (size_t i = 0; i < ep->ninflight;) {
         void *p = ep->inflight[i];
-        if (((oobx_rreq_t *)p)->is_ux == 0) {
+        if (((oobx_rreq_t *)p)->is_ux == 2) {
+            /* a control message cut short: msg_end never comes */
+            if (((ctrl_rx_t *)p)->src == peer) {
+                free(p);
+                ep->inflight[i] = ep->inflight[--ep->ninflight];
+                continue;
+            }
+        } else if (((oobx_rreq_t *)p)->is_ux == 0) {
             oobx_rreq_t *r = p;
             if (r->src == peer) {
                 free(r->discard);
@@ -301,6 +453,8 @@ int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t *
     ep->refs = 1;
     ep->log = log;
     ep->spin_us = s->spin_us;
+    ep->fail_job = strcmp(s->failure, "local") != 0;
+    atomic_init(&ep->fail_rank, -1);
     ep->nbuckets = 1024;
     ep->buckets = calloc(ep->nbuckets, sizeof(*ep->buckets));
     /* One timerfd is both the wake-up (armed to expire at once) and the
@@ -324,7 +478,46 @@ int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks)
     ep->nranks = nranks;
     ep->failed = calloc((size_t)nranks, sizeof(*ep->failed));
     ep->failed_what = calloc((size_t)nranks, sizeof(*ep->failed_what));
-    return ep->failed && ep->failed_what ? 0 : OOBX_ERR_NOMEM;
+    ep->departed = calloc((size_t)nranks, 1);
+    ep->talked = calloc((size_t)nranks, 1);
+    return ep->failed && ep->failed_what && ep->departed && ep->talked ? 0 : OOBX_ERR_NOMEM;
+}
+
+/* Tells every peer this endpoint talked with that it is leaving, so that its
+ * links going down are not taken for a failure; waits 200 ms at most. */
+static void say_goodbye(oobx_ep_t *ep)
+{
+    if (!ep->talked) return;
+    int n = 0;
+    for (int r = 0; r < ep->nranks; r++) n += ep->talked[r] && !ep->failed[r] && !ep->departed[r] && r != ep->rank;
+    if (n == 0) return;
+    oobx_tp_req_t *reqs = calloc((size_t)n, sizeof(*reqs));
+    if (!reqs) return;
+    int k = 0;
+    int failure = atomic_load(&ep->fail_rank) >= 0;
+    for (int r = 0; r < ep->nranks && k < n; r++) {
+        if (!ep->talked[r] || ep->failed[r] || ep->departed[r] || r == ep->rank) continue;
+        /* a peer that sees this link close hears the reason first, in order on the same link */
+        if (failure) send_notice(ep, r);
+        oobx_msg_hdr_t h = {.ctx = 0, .tag = CTRL_BYE, .len = 0, .src = ep->rank, .kind = OOBX_MSG_CTRL};
+        if (ep->ops->send(ep->tp, r, &h, NULL, &reqs[k]) != 0) reqs[k].done = 1;
+        k++;
+    }
+    uint64_t until = oobx__now_ns() + 200000000ull;
+    for (;;) {
+        ep->ops->progress(ep->tp);
+        int left = 0;
+        for (int i = 0; i < k; i++) left += !reqs[i].done;
+        if (!left || oobx__now_ns() >= until) break;
+        struct pollfd fds[16];
+        int nfds = 0, ms = 10;
+        if (!ep->ops->wait_prepare(ep->tp, fds, 16, &nfds, &ms)) {
+            if (ms < 0 || ms > 10) ms = 10;
+            ep->ops->sleep(ep->tp, fds, nfds, ms);
+        }
+    }
+    /* a transport that still holds a request frees it with itself; ours goes after */
+    oobx__ep_adopt(ep, reqs);
 }
 
 void oobx__ep_release(oobx_ep_t *ep)
@@ -334,6 +527,8 @@ void oobx__ep_release(oobx_ep_t *ep)
     int last = --ep->refs == 0;
     pthread_mutex_unlock(&ep->lock);
     if (!last) return;
+    ep->closing = 1;
+    if (ep->tp) say_goodbye(ep);
     if (ep->tp) ep->ops->destroy(ep->tp);
     if (ep->addr_release) ep->addr_release(ep->addr_arg);
     free(ep->addr_known);
@@ -373,6 +568,8 @@ void oobx__ep_release(oobx_ep_t *ep)
     for (int r = 0; ep->failed_what && r < ep->nranks; r++) free(ep->failed_what[r]);
     free(ep->failed_what);
     free(ep->failed);
+    free(ep->departed);
+    free(ep->talked);
     if (ep->wake_fd >= 0) close(ep->wake_fd);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
@@ -403,6 +600,9 @@ void oobx__ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx)
 
 const char *oobx__ep_failed_what(oobx_ep_t *ep, int peer)
 {
+    /* a neighbour that failed or left because another rank failed only
+     * passed the news on: the first failure is the reason */
+    if (atomic_load(&ep->fail_rank) >= 0) return ep->fail_text;
     return peer >= 0 && peer < ep->nranks ? ep->failed_what[peer] : NULL;
 }
 
@@ -454,11 +654,12 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
     if (ep->failed[dst]) {
         char who[160];
         oobx__ep_peer_name(v, peer, who, sizeof(who));
-        return oobx__fail(v->log, ep->failed[dst], "cannot send to %s: %s", who, ep->failed_what[dst]);
+        return oobx__fail(v->log, ep->failed[dst], "cannot send to %s: %s", who, oobx__ep_failed_what(ep, dst));
     }
     int rc = oobx__ep_know(ep, dst);
     if (rc == 0) rc = ep->ops->send(ep->tp, dst, &h, buf, &req->tp);
     if (rc != 0) return rc;
+    ep->talked[dst] = 1;
     wake_poller(ep);
     return 0;
 }
@@ -580,6 +781,8 @@ int oobx__ep_wait_error(const oobx__ep_view_t *v, int rc, const char *fmt, ...)
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
     if (rc == OOBX_ERR_ABORTED) return oobx__fail(v->log, rc, "%s: aborted", what);
+    const char *f = oobx__ep_view_failure(v);
+    if (rc == OOBX_ERR_REMOTE && f) return oobx__fail(v->log, rc, "%s: %s", what, f);
     return oobx__fail(v->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, v->settings->timeout_ms);
 }
 
@@ -589,6 +792,7 @@ static int cancel_check(const oobx__ep_view_t *v)
 {
     if (atomic_load(v->aborted)) return OOBX_ERR_ABORTED;
     if (v->user_abort && *v->user_abort) return OOBX_ERR_ABORTED;
+    if (oobx__ep_view_failure(v)) return OOBX_ERR_REMOTE;
     return 0;
 }
 
@@ -642,6 +846,7 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             }
             ep->ops->progress(tp);
         }
+        oobx__ep_spread(ep);
         ep->poller = 0;
         pthread_cond_broadcast(&ep->cond);
     }

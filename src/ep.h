@@ -82,6 +82,17 @@ typedef struct oobx_ep {
     void *addr_arg;
     void (*addr_release)(void *arg);
     unsigned char *addr_known; /* bit per rank: set_peer done from the source */
+    /* Communicator-wide failure (OOBX_FAILURE=job): the first failed rank this
+     * endpoint heard of, from its transport or from another rank's notice;
+     * fail_text is written before fail_rank is stored and never again. */
+    int fail_job;           /* OOBX_FAILURE=job */
+    atomic_int fail_rank;   /* endpoint rank, -1: none */
+    int fail_status;
+    char fail_text[640];    /* "rank 5 failed (seen by rank 4: ...)" */
+    int fail_spread;        /* the notice still has to go out (sent outside progress) */
+    int closing;            /* being released: our own links go down */
+    unsigned char *departed; /* per rank: said goodbye (released its endpoint) */
+    unsigned char *talked;   /* per rank: we sent it something or heard from it */
 } oobx_ep_t;
 
 /* What a caller above the endpoint shows of itself. Ranks in calls through a
@@ -105,6 +116,11 @@ static inline int oobx__ep_view_rank(const oobx__ep_view_t *v, int r)
 
 int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out);
 void oobx__ep_release(oobx_ep_t *ep);
+/* The failure that fails every call of view v (a rank of v failed, and
+ * OOBX_FAILURE=job): its text, or NULL. Any thread, lock or not. */
+const char *oobx__ep_view_failure(const oobx__ep_view_t *v);
+/* Sends the failure notice where it still has to go (lock held; after progress). */
+void oobx__ep_spread(oobx_ep_t *ep);
 /* the transport sink that points at ep */
 oobx_tp_sink_t oobx__ep_sink(oobx_ep_t *ep);
 int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks);

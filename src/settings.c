@@ -36,6 +36,7 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_NODE_DIR", "/dev/shm", "directory of the host segments of the node-aware bootstrap (a tmpfs every rank of the host sees)", OOBX_SET_STR, S_(node_dir)},
     {"OOBX_NODE_BUF", "4M", "bytes of each of the two shared buffers of the node-aware allgather: an allgather of at most this many bytes in all goes through the host's shared memory and its leader; 0: never", OOBX_SET_SIZE, S_(node_buf)},
     {"OOBX_MODULE_DIR", "", "directory of the transport modules (liboobx-ucx.so, liboobx-verbs.so); empty: the one fixed at build or install time", OOBX_SET_STR, S_(module_dir)},
+    {"OOBX_FAILURE", "job", "job: when a rank fails, every rank's blocked and later calls of the communicators that contain it return OOBX_ERR_REMOTE naming it (the news spreads in log2(N) steps); local: only the calls that wait on the failed rank fail", OOBX_SET_STR, S_(failure)},
     {"OOBX_LOG_LEVEL", "warn", "none, error, warn, info, debug, trace", OOBX_SET_LEVEL, S_(log_level)},
     {"OOBX_LOG_FILE", "", "log to this file instead of stderr; %h host, %p pid", OOBX_SET_STR, S_(log_file)},
     {NULL, NULL, NULL, 0, 0, 0},
@@ -158,6 +159,8 @@ int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
         strcmp(s->allgather_algo, "tree"))
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck, tree",
                          s->allgather_algo);
+    if (strcmp(s->failure, "job") && strcmp(s->failure, "local"))
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_FAILURE=\"%s\" is not one of job, local", s->failure);
     if (s->chunk_bytes < 1024) s->chunk_bytes = 1024;
     if (s->stagger_rate <= 0) s->stagger_rate = 7000;
     if (s->ring_slots < 2) s->ring_slots = 2;

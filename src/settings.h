@@ -34,6 +34,7 @@ typedef struct oobx_settings {
     char module_dir[512];      /* OOBX_MODULE_DIR: where transport modules are loaded from */
     int log_level;             /* OOBX_LOG_LEVEL */
     char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */
+    char failure[16];          /* OOBX_FAILURE: job (a failure fails every call of the communicator), local */
 } oobx_settings_t;
 
 enum { OOBX_SET_STR, OOBX_SET_INT, OOBX_SET_SIZE, OOBX_SET_LEVEL, OOBX_SET_FAMILY, OOBX_SET_BOOL };

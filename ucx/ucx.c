@@ -160,6 +160,12 @@ int ucx_pid_alive(uint32_t pid)
     buf[n] = '\0';
     const char *e = strrchr(buf, ')');
     if (e && e[1] == ' ' && (e[2] == 'Z' || e[2] == 'X')) return 0;
+    /* a process being killed closes its files (its shared-memory fds among
+     * them) before it is a zombie: the kernel's PF_EXITING flag (0x4, the
+     * seventh field after the name) says so */
+    unsigned long flags = 0;
+    char state;
+    if (e && sscanf(e + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) == 2 && (flags & 0x4ul)) return 0;
     return 1;
 }
 

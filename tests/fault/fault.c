@@ -45,6 +45,11 @@
 #define MAX_RANKS 256
 #define CALL_TIMEOUT_MS 3000
 #define SLACK_S 2.5
+/* bytes argument of run_kill_test for the strict tests of the communicator-wide
+ * notice; their bound covers detection (UCX watches same-host pids every
+ * 300 ms) and the spread on an oversubscribed machine */
+#define STRICT_NOTICE ((size_t)-1)
+#define NOTICE_BOUND_S 3.0
 
 /* Shared between the parent and the ranks (MAP_SHARED). */
 typedef struct fault_ctl {
@@ -55,6 +60,8 @@ typedef struct fault_ctl {
     volatile int ready[MAX_RANKS];
     volatile double kill_time; /* harness_now() of the kill, 0 before */
     volatile int stop;
+    int strict;             /* survivors must get OOBX_ERR_REMOTE naming the victim within bound_s */
+    double bound_s;
 } fault_ctl_t;
 
 enum { FAULT_BEFORE_CONTACT = 1, FAULT_IN_INIT, FAULT_IN_ALLGATHER };
@@ -108,6 +115,20 @@ static void judge_survivor(harness_rank_t *r, fault_ctl_t *ctl, int rc, double t
     double t = harness_now();
     const char *text = oobx_last_error();
     if (rc == OOBX_SUCCESS) H_FAIL(r, "%s succeeded although rank %d is gone", what, ctl->victim);
+    if (ctl->strict) {
+        /* the communicator-wide notice: no timeout, the dead rank named, soon */
+        double since = t - (ctl->kill_time > t_call ? ctl->kill_time : t_call);
+        if (rc != OOBX_ERR_REMOTE)
+            H_FAIL(r, "%s: got %s %.2f s after the kill, want OOBX_ERR_REMOTE: %s", what, oobx_error_name(rc), since,
+                   text);
+        if (!names_rank(text, ctl->victim))
+            H_FAIL(r, "%s: the error does not name rank %d: %s", what, ctl->victim, text);
+        if (since > ctl->bound_s)
+            H_FAIL(r, "%s returned %.2f s after rank %d was killed (bound %.1f s): %s", what, since, ctl->victim,
+                   ctl->bound_s, text);
+        harness_note(r, "%s after %.2f s: %s", oobx_error_name(rc), since, text);
+        return;
+    }
     if (rc != OOBX_ERR_REMOTE && rc != OOBX_ERR_TIMEOUT)
         H_FAIL(r, "%s: got %s, want OOBX_ERR_REMOTE or OOBX_ERR_TIMEOUT: %s", what, oobx_error_name(rc), text);
     /* from the later of the call and the kill */
@@ -174,6 +195,48 @@ static int rank_killed_in_allgather(harness_rank_t *r)
     H_FAIL(r, "100000 allgathers without the fault");
 }
 
+/* Every rank waits in oobx_recv for a message its live successor never
+ * sends; then the victim is killed. Only the victim's neighbours have a link
+ * to it: the others must hear of it from them. */
+static int rank_blocked_on_live_peer(harness_rank_t *r)
+{
+    fault_ctl_t *ctl = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_barrier(c));
+    ctl->ready[r->rank] = 1;
+    int from = (r->rank + 1) % r->nranks;
+    if (from == ctl->victim && r->nranks > 2) from = (from + 1) % r->nranks;
+    char b[8];
+    double t0 = harness_now();
+    int rc = oobx_recv(c, from, 77, b, sizeof b, NULL);
+    if (r->rank == ctl->victim) H_FAIL(r, "the victim's receive returned: %s", oobx_last_error());
+    judge_survivor(r, ctl, rc, t0, "oobx_recv from a live peer");
+    rc = oobx_barrier(c);
+    if (rc != OOBX_ERR_REMOTE) H_FAIL(r, "a barrier after the failure returned %s, want OOBX_ERR_REMOTE", oobx_error_name(rc));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* A barrier loop; the victim dies somewhere in it. */
+static int rank_killed_in_barriers(harness_rank_t *r)
+{
+    fault_ctl_t *ctl = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_barrier(c));
+    ctl->ready[r->rank] = 1;
+    for (int k = 0; k < 1000000; k++) {
+        double t0 = harness_now();
+        int rc = oobx_barrier(c);
+        if (rc == OOBX_SUCCESS) continue;
+        if (r->rank == ctl->victim) H_FAIL(r, "the victim's barrier failed: %s", oobx_last_error());
+        if (ctl->kill_time == 0) H_FAIL(r, "barrier %d failed before the kill: %s", k, oobx_last_error());
+        judge_survivor(r, ctl, rc, t0, "oobx_barrier");
+        H_OK(r, oobx_comm_destroy(c));
+        return 0;
+    }
+    H_FAIL(r, "a million barriers without the fault");
+}
+
 /* Runs a kill test: waits for the ranks to be ready, harms the victim with sig,
  * lets the survivors judge, and checks that one of them named the victim. */
 static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int victim, int phase, int sig,
@@ -183,8 +246,15 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
     ctl->victim = victim;
     ctl->phase = phase;
     ctl->bytes = bytes;
+    int strict = bytes == STRICT_NOTICE;
+    if (strict) {
+        /* long calls: a survivor that only times out fails the test */
+        ctl->strict = 1;
+        ctl->bound_s = NOTICE_BOUND_S;
+        ctl->bytes = 0;
+    }
     harness_job_opts_t o = {.name = name, .nranks = n, .nroots = roots, .fn = fn, .arg = ctl,
-                            .call_timeout_ms = CALL_TIMEOUT_MS, .deadline_s = 40, .keep_going = 1};
+                            .call_timeout_ms = strict ? 30000 : CALL_TIMEOUT_MS, .deadline_s = 60, .keep_going = 1};
     harness_job_t job;
     if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
     int ok;
@@ -230,6 +300,9 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
     if (v != HARNESS_PASS) fail_msg("%s", msg);
     if (!named)
         fail_msg("%s: no survivor's error names rank %d (each survivor's text is printed above)", name, victim);
+    if (strict && named != n - 1)
+        fail_msg("%s: %d of %d survivors named rank %d (each survivor's text is printed above)", name, named, n - 1,
+                 victim);
     print_message("  %s: passed; %d of %d survivors named rank %d\n", name, named, n - 1, victim);
 }
 
@@ -259,6 +332,19 @@ static void test_kill_in_allgather_small(void **state)
     (void)state;
     run_kill_test("kill_in_small_allgather_n16_roots2", rank_killed_in_allgather, 16, 2, 0, FAULT_IN_ALLGATHER,
                   SIGKILL, 100);
+}
+static void test_kill_blocked_on_live_peer(void **state)
+{
+    (void)state;
+    int n = harness_scale() == 0 ? 8 : 16;
+    run_kill_test(n == 8 ? "kill_while_all_wait_on_live_peers_n8" : "kill_while_all_wait_on_live_peers_n16",
+                  rank_blocked_on_live_peer, n, 2, 5, FAULT_IN_ALLGATHER, SIGKILL, STRICT_NOTICE);
+}
+static void test_kill_in_barriers(void **state)
+{
+    (void)state;
+    run_kill_test("kill_in_barriers_n8", rank_killed_in_barriers, 8, 1, 3, FAULT_IN_ALLGATHER, SIGKILL,
+                  STRICT_NOTICE);
 }
 static void test_stop_in_allgather(void **state)
 {
@@ -805,6 +891,8 @@ int main(void)
         cmocka_unit_test(test_kill_in_init_roots3),
         cmocka_unit_test(test_kill_in_allgather),
         cmocka_unit_test(test_kill_in_allgather_small),
+        cmocka_unit_test(test_kill_blocked_on_live_peer),
+        cmocka_unit_test(test_kill_in_barriers),
         cmocka_unit_test(test_stop_in_allgather),
         cmocka_unit_test(test_stray_clients),
         cmocka_unit_test(test_stray_clients_env),
