@@ -779,9 +779,12 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     root_client_t rcl = {.rank = rank, .nranks = nranks, .nroots = nids, .roots = roots, .tpid = oobx__tp_find(tname)->id,
                          .blob = blob, .blob_len = blob_len, .settings = &c->settings, .log = &c->log,
                          .cancel = &cancel};
+    /* one budget for the whole of init: every wait of its phases ends by the same deadline */
+    c->v.deadline_ns = cancel.deadline_ns;
     if (c->settings.node_aware && nranks > 1 && nranks >= c->settings.node_aware_min)
         rc = init_node(c, &rcl, blob, blob_len, &cancel);
     else rc = init_flat(c, &rcl, blob, blob_len);
+    c->v.deadline_ns = 0;
     if (rc != 0) goto fail;
     uint64_t t_end = oobx__now_ns();
     c->timings.create = (t_create - t0) / 1e9;

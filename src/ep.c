@@ -800,6 +800,7 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
 {
     oobx_ep_t *ep = v->ep;
     oobx_tp_t *tp = ep->tp;
+    if (v->deadline_ns && v->deadline_ns < deadline_ns) deadline_ns = v->deadline_ns;
     for (;;) {
         if (done(arg)) return 0;
         int rc = cancel_check(v);

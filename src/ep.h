@@ -107,6 +107,7 @@ typedef struct oobx__ep_view {
     const oobx_settings_t *settings; /* timeout, chunk and algorithm choices */
     const atomic_int *aborted;      /* oobx_comm_abort's flag */
     const volatile uint32_t *user_abort; /* oobx_config_t.abort_flag, or NULL */
+    uint64_t deadline_ns;           /* nonzero: no wait through this view goes past it (init's one budget) */
 } oobx__ep_view_t;
 
 static inline int oobx__ep_view_rank(const oobx__ep_view_t *v, int r)

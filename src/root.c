@@ -196,6 +196,7 @@ typedef struct root_state {
     int listen_fd;
     uint64_t magic;
     uint64_t deadline;
+    int ranks_bound; /* deadline comes from the reports (the first one set it) */
     oobx_log_t log;
     oobx_ratelimit_t stray_rl;
     char name[96];
@@ -448,12 +449,20 @@ static void take_report(root_state_t *st, int i)
                    r->rank, c->peer, st->iroot, r->rank);
         return;
     }
-    if (r->wait_ms != OOBX_WAIT_FOREVER) {
+    {
         /* give up a tenth (at most 2 s) before this rank would, so that the
-         * list of ranks that never checked in reaches it */
-        uint32_t margin = OOBX_MIN(r->wait_ms / 10, 2000u);
-        uint64_t by = oobx__now_ns() + (uint64_t)(r->wait_ms - margin) * 1000000ull;
-        if (by < st->deadline) st->deadline = by;
+         * list of ranks that never checked in reaches it. The ranks' budget
+         * (oobx_config_t.timeout_ms or their OOBX_TIMEOUT_MS) rules, not the
+         * one the root was started with: the first report replaces it, later
+         * ones can only shorten it. */
+        uint64_t by = UINT64_MAX;
+        if (r->wait_ms != OOBX_WAIT_FOREVER) {
+            uint32_t margin = OOBX_MIN(r->wait_ms / 10, 2000u);
+            by = oobx__now_ns() + (uint64_t)(r->wait_ms - margin) * 1000000ull;
+        }
+        if (!st->ranks_bound) st->deadline = by;
+        else if (by < st->deadline) st->deadline = by;
+        st->ranks_bound = 1;
     }
     st->info[local] = malloc(r->blob_len);
     if (!st->info[local]) {

@@ -50,6 +50,8 @@
  * 300 ms) and the spread on an oversubscribed machine */
 #define STRICT_NOTICE ((size_t)-1)
 #define NOTICE_BOUND_S 3.0
+/* bytes argument of run_kill_test: init must end within one timeout */
+#define INIT_BOUND ((size_t)-2)
 
 /* Shared between the parent and the ranks (MAP_SHARED). */
 typedef struct fault_ctl {
@@ -60,6 +62,7 @@ typedef struct fault_ctl {
     volatile int ready[MAX_RANKS];
     volatile double kill_time; /* harness_now() of the kill, 0 before */
     volatile int stop;
+    int init_bound;         /* survivors' init must end within one timeout of their call */
     int strict;             /* survivors must get OOBX_ERR_REMOTE naming the victim within bound_s */
     double bound_s;
 } fault_ctl_t;
@@ -115,6 +118,9 @@ static void judge_survivor(harness_rank_t *r, fault_ctl_t *ctl, int rc, double t
     double t = harness_now();
     const char *text = oobx_last_error();
     if (rc == OOBX_SUCCESS) H_FAIL(r, "%s succeeded although rank %d is gone", what, ctl->victim);
+    if (ctl->init_bound && t - t_call > CALL_TIMEOUT_MS / 1000.0 + 0.8)
+        H_FAIL(r, "%s returned %s %.2f s after the call: init gets one timeout of %d ms in all: %s", what,
+               oobx_error_name(rc), t - t_call, CALL_TIMEOUT_MS, text);
     if (ctl->strict) {
         /* the communicator-wide notice: no timeout, the dead rank named, soon */
         double since = t - (ctl->kill_time > t_call ? ctl->kill_time : t_call);
@@ -153,7 +159,9 @@ static int rank_killed_in_init(harness_rank_t *r)
         harness_comm_init(r, &c); /* killed somewhere in here */
         for (;;) pause();
     }
-    if (ctl->phase == FAULT_IN_INIT) sleep_ms(1000); /* the victim goes first */
+    if (ctl->phase == FAULT_IN_INIT && !ctl->init_bound) sleep_ms(1000); /* the victim goes first */
+    /* init_bound: the last rank comes 2 s late, so the root phase takes most of the budget */
+    if (ctl->init_bound && r->rank == r->nranks - 1) sleep_ms(2000);
     ctl->ready[r->rank] = 1;
     oobx_comm_t c = NULL;
     double t0 = harness_now();
@@ -247,6 +255,10 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
     ctl->phase = phase;
     ctl->bytes = bytes;
     int strict = bytes == STRICT_NOTICE;
+    if (bytes == INIT_BOUND) {
+        ctl->init_bound = 1;
+        ctl->bytes = 0;
+    }
     if (strict) {
         /* long calls: a survivor that only times out fails the test */
         ctl->strict = 1;
@@ -332,6 +344,36 @@ static void test_kill_in_allgather_small(void **state)
     (void)state;
     run_kill_test("kill_in_small_allgather_n16_roots2", rank_killed_in_allgather, 16, 2, 0, FAULT_IN_ALLGATHER,
                   SIGKILL, 100);
+}
+/* The victim (rank 0) reports and is stopped; the last rank reports 2 s
+ * late, so the others spend 2 s of their 3 s in the root phase and the rest
+ * waiting for the victim's card: init must end within the one timeout. */
+static void test_init_one_budget(void **state)
+{
+    (void)state;
+    run_kill_test("init_within_one_timeout_n3", rank_killed_in_init, 3, 1, 0, FAULT_IN_INIT, SIGSTOP, INIT_BOUND);
+}
+/* The root is started (oobx_get_unique_id, in the parent) under
+ * OOBX_TIMEOUT_MS=1500, the ranks pass timeout_ms = 8000 and the last one
+ * comes 3 s late: the ranks' budget rules, so the root waits for it. */
+static int rank_plain(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+static void test_root_follows_ranks_budget(void **state)
+{
+    (void)state;
+    const char *old = getenv("OOBX_TIMEOUT_MS");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("OOBX_TIMEOUT_MS", "1500", 1);
+    HARNESS_RUN(.name = "root_follows_config_timeout_n4", .nranks = 4, .fn = rank_plain, .call_timeout_ms = 8000,
+                .start_spread_ms = 3000, .deadline_s = 30);
+    if (saved) setenv("OOBX_TIMEOUT_MS", saved, 1);
+    else unsetenv("OOBX_TIMEOUT_MS");
+    free(saved);
 }
 static void test_kill_blocked_on_live_peer(void **state)
 {
@@ -891,6 +933,8 @@ int main(void)
         cmocka_unit_test(test_kill_in_init_roots3),
         cmocka_unit_test(test_kill_in_allgather),
         cmocka_unit_test(test_kill_in_allgather_small),
+        cmocka_unit_test(test_init_one_budget),
+        cmocka_unit_test(test_root_follows_ranks_budget),
         cmocka_unit_test(test_kill_blocked_on_live_peer),
         cmocka_unit_test(test_kill_in_barriers),
         cmocka_unit_test(test_stop_in_allgather),
