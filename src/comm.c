@@ -229,8 +229,8 @@ static int cards_taken(struct oobx_comm *c, int over, int ring_next_done)
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
     if (nranks > 1) rc = oobx__ep_know(c->v.ep, next);
     if (rc == 0 && nranks > 1) rc = oobx__ep_know(c->v.ep, prev);
-    if (rc == 0 && nranks > 1 && !ring_next_done) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
-    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, prev, next);
+    if (rc == 0 && nranks > 1 && !ring_next_done) rc = oobx__ep_ring(c->v.ep, -1, next);
+    if (rc == 0 && nranks > 1) rc = oobx__ep_ring(c->v.ep, prev, next);
     return rc;
 }
 
@@ -266,7 +266,7 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     pthread_mutex_lock(&c->v.ep->lock);
     if (nranks > 1) rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, next_blob, next_len);
     /* the successor's link now, so that a dead or unreachable one shows up during init */
-    if (rc == 0 && nranks > 1) rc = c->v.ep->ops->ring(c->v.ep->tp, -1, next);
+    if (rc == 0 && nranks > 1) rc = oobx__ep_ring(c->v.ep, -1, next);
     uint64_t t_ring = oobx__now_ns();
     c->timings.ring = (t_ring - t_root) / 1e9;
     /* every rank's card (host and CPUs, then the transport address), over the ring */

@@ -203,6 +203,16 @@ void oobx__ep_spread(oobx_ep_t *ep)
     }
 }
 
+int oobx__ep_ring(oobx_ep_t *ep, int prev, int next)
+{
+    int rc = ep->ops->ring(ep->tp, prev, next);
+    if (rc == 0) {
+        if (prev >= 0 && prev < ep->nranks) ep->talked[prev] = 1;
+        if (next >= 0 && next < ep->nranks) ep->talked[next] = 1;
+    }
+    return rc;
+}
+
 const char *oobx__ep_view_failure(const oobx__ep_view_t *v)
 {
     oobx_ep_t *ep = v->ep;

@@ -120,6 +120,9 @@ void oobx__ep_release(oobx_ep_t *ep);
 /* The failure that fails every call of view v (a rank of v failed, and
  * OOBX_FAILURE=job): its text, or NULL. Any thread, lock or not. */
 const char *oobx__ep_view_failure(const oobx__ep_view_t *v);
+/* The transport's ring op (prev -1: the link to next only); the endpoint
+ * remembers the links, so that it says goodbye on them when it goes. */
+int oobx__ep_ring(oobx_ep_t *ep, int prev, int next);
 /* Sends the failure notice where it still has to go (lock held; after progress). */
 void oobx__ep_spread(oobx_ep_t *ep);
 /* the transport sink that points at ep */
