@@ -86,10 +86,35 @@ static int peer_error(const oobx__ep_view_t *c, int status, int peer, const char
     va_end(ap);
     oobx__ep_peer_name(c, peer, who, sizeof(who));
     const char *why = oobx__ep_failed_what(c->ep, oobx__ep_view_rank(c, peer));
+    /* a link that failed because the communicator did: the first failure's code */
+    if (oobx__ep_view_failure(c) && status != OOBX_ERR_TRUNCATED) status = c->ep->fail_status;
     if (status == OOBX_ERR_TRUNCATED)
         return oobx__fail(c->log, status, "rank %d: %s: %s sent more than expected (mismatched sizes between ranks?)",
                          c->rank, what, who);
     return oobx__fail(c->log, status, "rank %d: %s: %s: %s", c->rank, what, who, why ? why : oobx_strerror(status));
+}
+
+/* Text for a failed receive from comm rank peer: a message of another size
+ * is the ranks disagreeing on the call. */
+static int recv_error(const oobx__ep_view_t *c, const oobx_rreq_t *r, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int recv_error(const oobx__ep_view_t *c, const oobx_rreq_t *r, int peer, const char *fmt, ...)
+{
+    char what[600], who[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (r->status != OOBX_ERR_MISMATCH) return peer_error(c, r->status, peer, "%s", what);
+    oobx__ep_peer_name(c, peer, who, sizeof(who));
+    char text[1000];
+    snprintf(text, sizeof(text),
+             "rank %d: %s: %s sent %zu bytes where this rank expects %zu: the ranks disagree on the call (bytes per "
+             "rank, root or group)",
+             c->rank, what, who, r->msg_len, r->cap);
+    /* the other ranks may wait on ranks that will never send: they hear it too */
+    oobx__ep_fail(c->ep, oobx__ep_view_rank(c, peer), OOBX_ERR_MISMATCH, text);
+    return oobx__fail(c->log, OOBX_ERR_MISMATCH, "%s", text);
 }
 
 /* ---- pipelined ring -------------------------------------------------------------- */
@@ -167,8 +192,10 @@ static int ring_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char 
         for (int k = 0; k < rr.nch && rc == 0; k++) {
             size_t off = (size_t)k * rr.chunk;
             size_t len = lens ? stride : (bpr - off < rr.chunk ? bpr - off : rr.chunk);
-            rc = oobx__ep_irecv(c, prev, OOBX_MSG_COLL, rr.q.tag, base + (size_t)slice * stride + off, len,
-                          &rr.q.r[posted]);
+            rc = lens ? oobx__ep_irecv(c, prev, OOBX_MSG_COLL, rr.q.tag, base + (size_t)slice * stride + off, len,
+                                       &rr.q.r[posted])
+                      : oobx__ep_irecv_exact(c, prev, OOBX_MSG_COLL, rr.q.tag, base + (size_t)slice * stride + off,
+                                             len, &rr.q.r[posted]);
             if (rc == 0) posted++;
         }
     }
@@ -188,7 +215,7 @@ static int ring_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char 
     int bad = send_status(&rr.q);
     if (rc == 0 && rr.err_index >= 0) {
         int slice = (me - 1 - rr.err_index / rr.nch + n) % n;
-        rc = peer_error(c, rr.q.r[rr.err_index].status, prev, "allgather (ring): receiving the slice of group rank %d",
+        rc = recv_error(c, &rr.q.r[rr.err_index], prev, "allgather (ring): receiving the slice of group rank %d",
                         slice);
     } else if (rc == 0 && rr.send_rc) {
         rc = rr.send_rc; /* oobx__ep_isend said why, and logged it */
@@ -229,7 +256,7 @@ static int exchange(const oobx__ep_view_t *c, coll_reqs_t *q, int to, const void
                     size_t rlen, const char *what)
 {
     q->ns = 0;
-    int rc = oobx__ep_irecv(c, from, OOBX_MSG_COLL, q->tag, rbuf, rlen, &q->r[0]);
+    int rc = oobx__ep_irecv_exact(c, from, OOBX_MSG_COLL, q->tag, rbuf, rlen, &q->r[0]);
     if (rc != 0) return rc;
     rc = oobx__ep_isend(c, to, OOBX_MSG_COLL, q->tag, sbuf, slen, &q->s[0]);
     if (rc != 0) return -1000 + rc; /* the receive is posted: the caller cancels it */
@@ -244,7 +271,7 @@ static int exchange(const oobx__ep_view_t *c, coll_reqs_t *q, int to, const void
                                        (oobx__now_ns() - t0) / 1e6, q->r[0].done ? "the send to" : "the message of",
                                        who);
     }
-    if (q->r[0].status) return peer_error(c, q->r[0].status, from, "%s: receiving", what);
+    if (q->r[0].status) return recv_error(c, &q->r[0], from, "%s: receiving", what);
     if (q->s[0].tp.status) return peer_error(c, q->s[0].tp.status, to, "%s: sending", what);
     return 0;
 }
@@ -318,7 +345,7 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
     for (int m = 1; m < low && vr + m < n && rc == 0; m <<= 1) {
         int child = vr + m, end = child + m < n ? child + m : n;
         children[posted] = child;
-        rc = oobx__ep_irecv(c, member(g, child), OOBX_MSG_COLL, q.tag, buf + (size_t)child * bpr, (size_t)(end - child) * bpr,
+        rc = oobx__ep_irecv_exact(c, member(g, child), OOBX_MSG_COLL, q.tag, buf + (size_t)child * bpr, (size_t)(end - child) * bpr,
                       &q.r[posted]);
         if (rc == 0) posted++;
     }
@@ -328,7 +355,7 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
     if (rc == 0) rc = waited = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings->timeout_ms));
     for (int i = 0; rc == 0 && i < posted; i++)
         if (q.r[i].status) {
-            rc = peer_error(c, q.r[i].status, member(g, children[i]), "%s (gather): receiving", what);
+            rc = recv_error(c, &q.r[i], member(g, children[i]), "%s (gather): receiving", what);
             break;
         }
     if (rc != 0 && !waited) {
@@ -477,7 +504,7 @@ int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, 
         for (int k = 0; k < nch && rc == 0; k++) {
             size_t off = (size_t)k * chunk;
             size_t len = bytes - off < chunk ? bytes - off : chunk;
-            rc = oobx__ep_irecv(c, parent, OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.r[k]);
+            rc = oobx__ep_irecv_exact(c, parent, OOBX_MSG_COLL, b.q.tag, (char *)buf + off, len, &b.q.r[k]);
             if (rc == 0) posted++;
         }
     } else {
@@ -498,7 +525,7 @@ int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, 
     rc = oobx__ep_wait(c, bcast_progress, &b, oobx__deadline(c->settings->timeout_ms));
     int bad = send_status(&b.q);
     if (rc == 0 && b.err >= 0) {
-        rc = peer_error(c, b.q.r[b.err].status, parent, "broadcast from group rank %d: receiving", root);
+        rc = recv_error(c, &b.q.r[b.err], parent, "broadcast from group rank %d: receiving", root);
     } else if (rc == 0 && b.send_rc) {
         rc = b.send_rc; /* oobx__ep_isend said why, and logged it */
     } else if (rc == 0 && bad >= 0) {

@@ -19,6 +19,16 @@
 
 /* ---- helpers ---- */
 
+/* The host's ranks may wait in shared memory, where no notice reaches them
+ * (a leader waiting for its members to join an allgather): a rank that knows
+ * of the communicator's failure writes it into the host's segment, so that
+ * they fail with its text instead of taking a member's exit for a death. */
+static void node_tell_failure(struct oobx_comm *c)
+{
+    const char *f = c->node.seg ? oobx__ep_view_failure(&c->v) : NULL;
+    if (f) oobx__node_ag_done(c->node.seg, 0, c->v.ep->fail_status, f);
+}
+
 int oobx__comm_check(struct oobx_comm *c, const char *fn)
 {
     if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "%s: communicator is NULL", fn);
@@ -27,7 +37,10 @@ int oobx__comm_check(struct oobx_comm *c, const char *fn)
     if (c->v.user_abort && *c->v.user_abort)
         return oobx__fail(&c->log, OOBX_ERR_ABORTED, "%s: rank %d: the abort flag is set", fn, c->v.rank);
     const char *f = c->v.ep ? oobx__ep_view_failure(&c->v) : NULL;
-    if (f) return oobx__fail(&c->log, OOBX_ERR_REMOTE, "%s: rank %d: %s", fn, c->v.rank, f);
+    if (f) {
+        node_tell_failure(c);
+        return oobx__fail(&c->log, c->v.ep->fail_status, "%s: rank %d: %s", fn, c->v.rank, f);
+    }
     return 0;
 }
 
@@ -590,10 +603,17 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
         int mr = -1;
         uint64_t mb = 0;
         rc = oobx__node_ag_wait_arrivals(seg, b, k, bpr, &mr, &mb);
-        if (rc == 0 && mr >= 0)
+        if (rc == 0 && mr >= 0) {
             rc = oobx__fail(&c->log, OOBX_ERR_MISMATCH,
-                            "oobx_allgather: rank %d passes %llu bytes per rank, rank %d (the leader of its host) %zu",
+                            "oobx_allgather: rank %d passes %llu bytes per rank, rank %d (the leader of its host) %zu: "
+                            "the ranks disagree on the call",
                             mr, (unsigned long long)mb, rank, bpr);
+            /* the other hosts' leaders wait for this host's slices: they hear it too */
+            pthread_mutex_lock(&c->v.ep->lock);
+            oobx__ep_fail(c->v.ep, oobx__ep_view_rank(&c->v, mr), OOBX_ERR_MISMATCH, oobx_last_error());
+            oobx__ep_spread(c->v.ep);
+            pthread_mutex_unlock(&c->v.ep->lock);
+        }
         if (rc == 0 && c->node.next != rank) {
             size_t own = 8 + (size_t)L * (4 + bpr);
             unsigned char *out = malloc(own);
@@ -620,9 +640,19 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
             free(out);
             free(t.have);
         }
-        oobx__node_ag_done(seg, b, rc, rc ? oobx_last_error() : NULL);
+        const char *origin = rc ? oobx__ep_view_failure(&c->v) : NULL;
+        oobx__node_ag_done(seg, b, rc, rc ? (origin ? origin : oobx_last_error()) : NULL);
     } else {
         rc = oobx__node_ag_wait_done(seg, b, k);
+        if (rc == OOBX_ERR_MISMATCH || rc == OOBX_ERR_REMOTE) {
+            /* the leader's failure is this communicator's: later calls say so at once */
+            char text[700];
+            const char *origin = oobx__node_ag_error(seg);
+            snprintf(text, sizeof(text), "%s", origin ? origin : oobx_last_error());
+            pthread_mutex_lock(&c->v.ep->lock);
+            oobx__ep_fail(c->v.ep, c->v.ep->rank, rc, text);
+            pthread_mutex_unlock(&c->v.ep->lock);
+        }
     }
     if (rc == 0) memcpy(buf, data, (size_t)nranks * bpr);
     oobx__node_ag_leave(seg, b);
@@ -1071,12 +1101,26 @@ static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int
         return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: %d ranks in the group (1..%d allowed, ranks not NULL)",
                          fn, c->v.rank, n, c->v.nranks);
     int me = -1;
+    unsigned char *seen = calloc(((size_t)c->v.nranks + 7) / 8, 1);
+    if (!seen) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "%s: rank %d: out of memory", fn, c->v.rank);
     for (int i = 0; i < n; i++) {
-        if (ranks[i] < 0 || ranks[i] >= c->v.nranks)
+        if (ranks[i] < 0 || ranks[i] >= c->v.nranks) {
+            free(seen);
             return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: group entry %d is rank %d, not in 0..%d", fn,
                              c->v.rank, i, ranks[i], c->v.nranks - 1);
+        }
+        unsigned char bit = (unsigned char)(1u << (ranks[i] & 7));
+        if (seen[ranks[i] >> 3] & bit) {
+            int first = 0;
+            while (ranks[first] != ranks[i]) first++;
+            free(seen);
+            return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d: rank %d is in the group twice (entries %d and %d)",
+                              fn, c->v.rank, ranks[i], first, i);
+        }
+        seen[ranks[i] >> 3] |= bit;
         if (ranks[i] == c->v.rank) me = i;
     }
+    free(seen);
     if (me < 0)
         return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d is not in the group it was called with", fn, c->v.rank);
     uint64_t gid = oobx__hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0xffffffull;
@@ -1254,6 +1298,7 @@ int oobx_comm_destroy(oobx_comm_t c)
     if (!c) return 0;
     uint64_t hosted = c->root_magic;
     pthread_mutex_lock(&c->v.ep->lock);
+    node_tell_failure(c);
     int shared = c->v.ep->refs > 1;
     if (shared) oobx__ep_purge_ctx(c->v.ep, c->v.ctx);
     pthread_mutex_unlock(&c->v.ep->lock);

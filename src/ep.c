@@ -95,6 +95,10 @@ static void rreq_complete(oobx_rreq_t *r, size_t len, int status)
 {
     r->received = len;
     r->status = status;
+    if (r->exact && (status == 0 || status == OOBX_ERR_TRUNCATED) && len != r->cap) {
+        r->msg_len = len;
+        r->status = OOBX_ERR_MISMATCH;
+    }
     r->done = 1;
 }
 
@@ -130,6 +134,11 @@ static void fail_record(oobx_ep_t *ep, int r, int status, const char *text)
     OOBX_DEBUG(ep->log, "rank %d: communicator-wide failure: %s", ep->rank, ep->fail_text);
 }
 
+void oobx__ep_fail(oobx_ep_t *ep, int r, int status, const char *text)
+{
+    if (r >= 0 && r < ep->nranks) fail_record(ep, r, status, text);
+}
+
 static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
 {
     if (m->src < 0 || m->src >= ep->nranks) return;
@@ -149,7 +158,9 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
         text[n] = '\0';
         for (size_t i = 0; i < n; i++)
             if ((unsigned char)text[i] < 0x20) text[i] = ' ';
-        fail_record(ep, (int)r, OOBX_ERR_REMOTE, text);
+        int32_t st = (int32_t)((uint32_t)m->data[4] | (uint32_t)m->data[5] << 8 | (uint32_t)m->data[6] << 16 |
+                               (uint32_t)m->data[7] << 24);
+        fail_record(ep, (int)r, st == OOBX_ERR_MISMATCH ? OOBX_ERR_MISMATCH : OOBX_ERR_REMOTE, text);
     } else {
         OOBX_WARN(ep->log, "rank %d: rank %d sent a control message of kind %llu and %zu bytes; dropped", ep->rank,
                   m->src, (unsigned long long)m->tag, m->len);
@@ -674,11 +685,27 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
     return 0;
 }
 
+static int irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap,
+                 oobx_rreq_t *r, int exact);
+
 int oobx__ep_irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap, oobx_rreq_t *r)
+{
+    return irecv(v, peer, kind, tag, buf, cap, r, 0);
+}
+
+int oobx__ep_irecv_exact(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap,
+                         oobx_rreq_t *r)
+{
+    return irecv(v, peer, kind, tag, buf, cap, r, 1);
+}
+
+static int irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap,
+                 oobx_rreq_t *r, int exact)
 {
     oobx_ep_t *ep = v->ep;
     int src = oobx__ep_view_rank(v, peer);
     memset(r, 0, sizeof(*r));
+    r->exact = exact;
     r->src = src;
     r->buf = buf;
     r->cap = cap;
@@ -792,7 +819,7 @@ int oobx__ep_wait_error(const oobx__ep_view_t *v, int rc, const char *fmt, ...)
     va_end(ap);
     if (rc == OOBX_ERR_ABORTED) return oobx__fail(v->log, rc, "%s: aborted", what);
     const char *f = oobx__ep_view_failure(v);
-    if (rc == OOBX_ERR_REMOTE && f) return oobx__fail(v->log, rc, "%s: %s", what, f);
+    if ((rc == OOBX_ERR_REMOTE || rc == OOBX_ERR_MISMATCH) && f) return oobx__fail(v->log, rc, "%s: %s", what, f);
     return oobx__fail(v->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, v->settings->timeout_ms);
 }
 
@@ -802,7 +829,7 @@ static int cancel_check(const oobx__ep_view_t *v)
 {
     if (atomic_load(v->aborted)) return OOBX_ERR_ABORTED;
     if (v->user_abort && *v->user_abort) return OOBX_ERR_ABORTED;
-    if (oobx__ep_view_failure(v)) return OOBX_ERR_REMOTE;
+    if (oobx__ep_view_failure(v)) return v->ep->fail_status;
     return 0;
 }
 

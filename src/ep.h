@@ -31,6 +31,7 @@ typedef struct oobx_rreq {
     int done, status;
     char *discard; /* payload of a too-large message goes here */
     size_t msg_len;
+    int exact;     /* a collective's receive: a message of another size than cap is OOBX_ERR_MISMATCH */
 } oobx_rreq_t;
 
 typedef struct oobx_ux {
@@ -120,6 +121,10 @@ void oobx__ep_release(oobx_ep_t *ep);
 /* The failure that fails every call of view v (a rank of v failed, and
  * OOBX_FAILURE=job): its text, or NULL. Any thread, lock or not. */
 const char *oobx__ep_view_failure(const oobx__ep_view_t *v);
+/* Fails every communicator of the endpoint that contains endpoint rank r
+ * (OOBX_FAILURE=job), with status (OOBX_ERR_REMOTE, OOBX_ERR_MISMATCH) and
+ * text, and tells the other ranks; the first failure stays. Lock held. */
+void oobx__ep_fail(oobx_ep_t *ep, int r, int status, const char *text);
 /* The transport's ring op (prev -1: the link to next only); the endpoint
  * remembers the links, so that it says goodbye on them when it goes. */
 int oobx__ep_ring(oobx_ep_t *ep, int prev, int next);
@@ -145,6 +150,11 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
 /* Posts a receive from view rank peer. Returns 0 or an error (peer failed). */
 int oobx__ep_irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap,
                    oobx_rreq_t *req);
+/* The same for a receive whose message must be exactly cap bytes (a
+ * collective's, whose sizes all ranks compute alike): another size completes
+ * it with OOBX_ERR_MISMATCH, msg_len the size that came. */
+int oobx__ep_irecv_exact(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap,
+                         oobx_rreq_t *req);
 /* Cancels an incomplete posted receive (on error paths). Returns 1 when the
  * transport may still write into it: then its memory (and its buffer) must
  * be handed to oobx__ep_adopt instead of freed. */

@@ -64,7 +64,7 @@ typedef struct node_ag {
     uint32_t done[2];   /* futex: uses the leader completed */
     uint32_t left[2];   /* futex: members that copied the result out */
     int32_t fail;       /* < 0: an allgather failed; the node path is over for this communicator */
-    uint32_t pad;
+    uint32_t claimed;   /* the first rank to fail it writes error; the others keep it */
     char error[NODE_ERROR_MAX];
 } node_ag_t;
 
@@ -514,6 +514,12 @@ unsigned char *oobx__node_data(const oobx__node_t *n, int b)
     return n->base + n->data_off + (size_t)b * ((n->p.data_bytes + 4095) & ~(size_t)4095);
 }
 
+const char *oobx__node_ag_error(const oobx__node_t *n)
+{
+    const node_ag_t *a = ag(n);
+    return __atomic_load_n(&a->fail, __ATOMIC_ACQUIRE) ? a->error : NULL;
+}
+
 static int ag_failed(const oobx__node_t *n)
 {
     const node_ag_t *a = ag(n);
@@ -636,6 +642,9 @@ void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text)
 {
     node_ag_t *a = ag(n);
     if (status) {
+        uint32_t zero = 0;
+        if (!__atomic_compare_exchange_n(&a->claimed, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return; /* failed already: the first failure's text stays */
         snprintf(a->error, sizeof(a->error), "%s", text ? text : oobx_strerror(status));
         __atomic_store_n(&a->fail, status, __ATOMIC_RELEASE);
         for (int k = 0; k < 2; k++) {

@@ -87,6 +87,8 @@ void oobx__node_ag_arrive(oobx__node_t *n, int b, uint32_t use);
 int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, int *mismatch_rank,
                                 uint64_t *mismatch_bpr);
 void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text);
+/* The text of the host's allgather failure (the first one's), or NULL. */
+const char *oobx__node_ag_error(const oobx__node_t *n);
 int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use);
 void oobx__node_ag_leave(oobx__node_t *n, int b);
 /* Wakes every waiter of the host's segment (they look at their aborts). */

@@ -788,6 +788,70 @@ static int rank_timeout(harness_rank_t *r)
     return 0;
 }
 
+/* Rank 0 passes 16 bytes per rank to an allgather, the others 8. No rank
+ * may return OOBX_SUCCESS; every rank returns
+ * OOBX_ERR_MISMATCH well before the call's timeout, naming the sizes (the
+ * ones that saw it, and the others that heard it from them). */
+static int rank_size_mismatch(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_barrier(c));
+    size_t bpr = r->rank == 0 ? 16 : 8;
+    unsigned char *buf = xmalloc(r, (size_t)r->nranks * 16);
+    memset(buf, 0, (size_t)r->nranks * 16);
+    double t0 = harness_now();
+    int rc = oobx_allgather(c, buf, bpr);
+    double dt = harness_now() - t0;
+    if (rc == OOBX_SUCCESS) H_FAIL(r, "oobx_allgather succeeded although rank 0 passed 16 bytes per rank and the rest 8");
+    if (rc != OOBX_ERR_MISMATCH)
+        H_FAIL(r, "oobx_allgather: got %s after %.2f s, want OOBX_ERR_MISMATCH: %s", oobx_error_name(rc), dt,
+               oobx_last_error());
+    if (dt > r->cfg.timeout_ms / 2000.0)
+        H_FAIL(r, "oobx_allgather took %.2f s to see the mismatch (timeout %d ms)", dt, r->cfg.timeout_ms);
+    if (!strstr(oobx_last_error(), "disagree") || !strstr(oobx_last_error(), "16"))
+        H_FAIL(r, "the error does not say that the ranks disagree, with the sizes: %s", oobx_last_error());
+    /* the communicator is failed for good: the next call says so at once */
+    rc = oobx_barrier(c);
+    if (rc != OOBX_ERR_MISMATCH) H_FAIL(r, "a barrier after the mismatch returned %s", oobx_error_name(rc));
+    free(buf);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Invalid groups fail at once, on the calling rank alone, and leave the
+ * communicator usable. */
+static int rank_bad_groups(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int me = r->rank, other = (r->rank + 1) % r->nranks;
+    int dup[3] = {me, me, me}, out[2] = {me, r->nranks}, absent[1] = {other};
+    struct {
+        const int *g;
+        int n;
+        const char *what, *want;
+    } cases[] = {{dup, 3, "the caller three times", "twice"},
+                 {out, 2, "a rank out of range", "not in 0.."},
+                 {absent, 1, "without the caller", "not in the group"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        double t0 = harness_now();
+        int rc = oobx_group_barrier(c, cases[k].g, cases[k].n);
+        double dt = harness_now() - t0;
+        if (rc != OOBX_ERR_INVALID || dt > 0.5)
+            H_FAIL(r, "oobx_group_barrier with %s: %s after %.2f s, want OOBX_ERR_INVALID at once", cases[k].what,
+                   oobx_error_name(rc), dt);
+        if (!strstr(oobx_last_error(), cases[k].want))
+            H_FAIL(r, "oobx_group_barrier with %s: \"%s\" does not say \"%s\"", cases[k].what, oobx_last_error(),
+                   cases[k].want);
+        unsigned char b[8];
+        rc = oobx_group_allgather(c, cases[k].g, cases[k].n, b, 1);
+        if (rc != OOBX_ERR_INVALID)
+            H_FAIL(r, "oobx_group_allgather with %s: %s, want OOBX_ERR_INVALID", cases[k].what, oobx_error_name(rc));
+    }
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
 /* Repeated init/destroy; rank 0 makes each id and broadcasts it on a base comm. */
 static int rank_cycles(harness_rank_t *r)
 {
@@ -977,6 +1041,14 @@ static void build_cases(conf_suite_t *s)
     c->p.count = 1;
     c = add_case(s, "timeout_names_peer_n2", rank_timeout, 2, 1);
     c->job.call_timeout_ms = 1500;
+    /* ranks that disagree on a collective: Bruck (small), the ring (large) */
+    c = add_case(s, "allgather_size_mismatch_bruck_n4", rank_size_mismatch, 4, 1);
+    c->job.call_timeout_ms = 10000;
+    c->env[0] = "OOBX_ALLGATHER_ALGO=bruck";
+    c = add_case(s, "allgather_size_mismatch_ring_n5", rank_size_mismatch, 5, 2);
+    c->job.call_timeout_ms = 10000;
+    c->env[0] = "OOBX_ALLGATHER_ALGO=ring";
+    c = add_case(s, "bad_groups_n3", rank_bad_groups, 3, 1);
     c = add_case(s, "init_destroy_cycles_n4", rank_cycles, 4, 1);
     c->p.count = sc == 0 ? 10 : sc == 1 ? 30 : 300;
 }
