@@ -640,11 +640,19 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
             free(out);
             free(t.have);
         }
+        if ((rc == OOBX_ERR_REMOTE || rc == OOBX_ERR_MISMATCH) && !oobx__ep_view_failure(&c->v)) {
+            /* found here (a member's pid, the leader ring): the other hosts hear it too */
+            char text[700];
+            snprintf(text, sizeof(text), "%s", oobx_last_error());
+            pthread_mutex_lock(&c->v.ep->lock);
+            oobx__ep_fail(c->v.ep, c->v.ep->rank, rc, text);
+            pthread_mutex_unlock(&c->v.ep->lock);
+        }
         const char *origin = rc ? oobx__ep_view_failure(&c->v) : NULL;
         oobx__node_ag_done(seg, b, rc, rc ? (origin ? origin : oobx_last_error()) : NULL);
     } else {
         rc = oobx__node_ag_wait_done(seg, b, k);
-        if (rc == OOBX_ERR_MISMATCH || rc == OOBX_ERR_REMOTE) {
+        if ((rc == OOBX_ERR_MISMATCH || rc == OOBX_ERR_REMOTE) && !oobx__ep_view_failure(&c->v)) {
             /* the leader's failure is this communicator's: later calls say so at once */
             char text[700];
             const char *origin = oobx__node_ag_error(seg);

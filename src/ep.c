@@ -137,6 +137,15 @@ static void fail_record(oobx_ep_t *ep, int r, int status, const char *text)
 void oobx__ep_fail(oobx_ep_t *ep, int r, int status, const char *text)
 {
     if (r >= 0 && r < ep->nranks) fail_record(ep, r, status, text);
+    oobx__ep_spread(ep);
+}
+
+void oobx__ep_peer_lost(oobx_ep_t *ep, int peer, const char *what)
+{
+    if (peer < 0 || peer >= ep->nranks || ep->departed[peer] || atomic_load(&ep->fail_rank) >= 0) return;
+    char text[CTRL_TEXT_MAX];
+    snprintf(text, sizeof(text), "rank %d failed (seen by rank %d: %s)", peer, ep->rank, what ? what : "its link failed");
+    oobx__ep_fail(ep, peer, OOBX_ERR_REMOTE, text);
 }
 
 static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
@@ -548,6 +557,7 @@ void oobx__ep_release(oobx_ep_t *ep)
     int last = --ep->refs == 0;
     pthread_mutex_unlock(&ep->lock);
     if (!last) return;
+    if (ep->tp) oobx__ep_spread(ep); /* a failure heard last, not passed on yet */
     ep->closing = 1;
     if (ep->tp) say_goodbye(ep);
     if (ep->tp) ep->ops->destroy(ep->tp);

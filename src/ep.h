@@ -125,6 +125,10 @@ const char *oobx__ep_view_failure(const oobx__ep_view_t *v);
  * (OOBX_FAILURE=job), with status (OOBX_ERR_REMOTE, OOBX_ERR_MISMATCH) and
  * text, and tells the other ranks; the first failure stays. Lock held. */
 void oobx__ep_fail(oobx_ep_t *ep, int r, int status, const char *text);
+/* A call found that endpoint rank peer failed (what: how) outside the
+ * transport's peer_failed (a request's error): the communicator-wide
+ * failure unless peer said goodbye or a failure is known already. Lock held. */
+void oobx__ep_peer_lost(oobx_ep_t *ep, int peer, const char *what);
 /* The transport's ring op (prev -1: the link to next only); the endpoint
  * remembers the links, so that it says goodbye on them when it goes. */
 int oobx__ep_ring(oobx_ep_t *ep, int prev, int next);
