@@ -514,7 +514,8 @@ int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks)
 }
 
 /* Tells every peer this endpoint talked with that it is leaving, so that its
- * links going down are not taken for a failure; waits 200 ms at most. */
+ * links going down are not taken for a failure. The messages are queued;
+ * the transport's destroy, next, sends what is queued within its bound. */
 static void say_goodbye(oobx_ep_t *ep)
 {
     if (!ep->talked) return;
@@ -533,19 +534,9 @@ static void say_goodbye(oobx_ep_t *ep)
         if (ep->ops->send(ep->tp, r, &h, NULL, &reqs[k]) != 0) reqs[k].done = 1;
         k++;
     }
-    uint64_t until = oobx__now_ns() + 200000000ull;
-    for (;;) {
-        ep->ops->progress(ep->tp);
-        int left = 0;
-        for (int i = 0; i < k; i++) left += !reqs[i].done;
-        if (!left || oobx__now_ns() >= until) break;
-        struct pollfd fds[16];
-        int nfds = 0, ms = 10;
-        if (!ep->ops->wait_prepare(ep->tp, fds, 16, &nfds, &ms)) {
-            if (ms < 0 || ms > 10) ms = 10;
-            ep->ops->sleep(ep->tp, fds, nfds, ms);
-        }
-    }
+    /* no progress here: the transport's destroy gives queued sends their
+     * bound (progressing now would also take in ring set-ups of peers that
+     * are leaving too, whose shared memory UCX 1.13 crashes on) */
     /* a transport that still holds a request frees it with itself; ours goes after */
     oobx__ep_adopt(ep, reqs);
 }

@@ -298,6 +298,7 @@ static void child_main(harness_job_t *job, int rank, const int go[2])
         unsigned x = (unsigned)rank * 2654435761u ^ (unsigned)getpid();
         unsigned ms = x % (unsigned)(job->o.start_spread_ms + 1);
         if (rank == job->o.nranks - 1) ms = (unsigned)job->o.start_spread_ms; /* someone is last */
+        else if (rank == 0) ms = 0;                                          /* and someone first */
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }

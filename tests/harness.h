@@ -44,7 +44,7 @@ typedef struct harness_job_opts {
     int from_env;           /* ranks call oobx_comm_init_from_env */
     int deadline_s;         /* whole job; 0: harness_default_deadline() */
     int call_timeout_ms;    /* cfg.timeout_ms of each rank; 0: 20000 */
-    int start_spread_ms;    /* ranks start a random 0..spread ms late */
+    int start_spread_ms;    /* ranks start a random 0..spread ms late (rank 0 at once, the last rank at spread) */
     int keep_going;         /* do not kill the job when a rank fails (fault tests) */
     const char *const *env; /* NULL-terminated "NAME=value" list set in every rank */
     const char *comm_id;    /* from_env jobs: this OOBX_COMM_ID instead of free ports */

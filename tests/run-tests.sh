@@ -242,7 +242,7 @@ for name in "${failed_suites[@]}"; do
     [ -f "$logdir/$name.log" ] || continue
     echo
     echo "==== why $name failed (from $logdir/$name.log)"
-    grep -E '\[  (ERROR|FAILED) +\]|\[   LINE   \]|runtime error:|ERROR: (Address|Leak)Sanitizer|still running after' \
+    grep -E '^ERROR: |\[  (ERROR|FAILED) +\]|\[   LINE   \]|runtime error:|ERROR: (Address|Leak)Sanitizer|still running after' \
         "$logdir/$name.log" | grep -v 'listed below' | cut -c1-600 | head -40
 done
 

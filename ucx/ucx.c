@@ -293,8 +293,21 @@ static void ucx_watch_pids(ucx_tp_t *tp)
         if (!p->watch_pid || p->fail.failed) continue;
         /* kill(pid, 0) only: one cheap call per peer (a zombie is caught by
          * the next check, once its parent has reaped it) */
-        if (kill((pid_t)p->pid, 0) != 0 && errno == ESRCH)
-            ucx_peer_fail(tp, i, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) has exited", i, p->host, p->pid);
+        if (kill((pid_t)p->pid, 0) != 0 && errno == ESRCH) {
+            /* what it sent before it went (its goodbye among it) is here
+             * already: take it in first, so that a rank that left in order
+             * is not taken for a failed one */
+            for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
+            }
+            ucx_probe(tp);
+            while (tp->ndirty > 0) {
+                int peer = tp->dirty[--tp->ndirty];
+                tp->peers[peer].dirty = 0;
+                ucx_peer_drain(tp, peer);
+            }
+            if (!p->fail.failed)
+                ucx_peer_fail(tp, i, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) has exited", i, p->host, p->pid);
+        }
     }
 }
 

@@ -177,7 +177,10 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
         return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
     if (!ucx_peer_known(tp, peer))
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
-    if (tp->rtx.setup && tp->rtx.peer == peer) ucx_ring_activate(tp);
+    /* the endpoint's own small messages (a goodbye at destroy, when the peer
+     * may be leaving too) never set the ring up: unpacking the key of a
+     * leaving peer's shared memory crashes UCX 1.13 */
+    if (tp->rtx.setup && tp->rtx.peer == peer && hdr->kind != OOBX_MSG_CTRL) ucx_ring_activate(tp);
     ucp_ep_h ep = p->fail.failed ? NULL : ucx_peer_ep(tp, peer);
     if (!ep) return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
     ucx_sreq_t *s = ucx_sreq_new(tp, 0);
