@@ -221,6 +221,14 @@ void oobx__ep_spread(oobx_ep_t *ep)
         if (t == r || t == ep->rank || ep->failed[t] || ep->departed[t]) continue;
         send_notice(ep, t);
     }
+    /* and on every link this rank has (a transport may refuse new links for
+     * it: then the notice travels on the links the ranks have) */
+    for (int t = 0; t < ep->nranks; t++) {
+        if (!ep->talked[t] || t == r || t == ep->rank || ep->failed[t] || ep->departed[t]) continue;
+        long d = ((long)t - ep->rank + ep->nranks) % ep->nranks;
+        if ((d & (d - 1)) == 0) continue; /* a power of two: sent above */
+        send_notice(ep, t);
+    }
 }
 
 int oobx__ep_ring(oobx_ep_t *ep, int prev, int next)
