@@ -258,7 +258,10 @@ const char *oobx__ep_view_failure(const oobx__ep_view_t *v)
 static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
 {
     oobx_ep_t *ep = core;
-    if (hdr->src >= 0 && hdr->src < ep->nranks && ep->talked) ep->talked[hdr->src] = 1;
+    if (hdr->src >= 0 && hdr->src < ep->nranks && ep->talked) {
+        ep->talked[hdr->src] = 1;
+        if (hdr->kind != OOBX_MSG_CTRL) ep->used[hdr->src] = 1;
+    }
     if (hdr->kind == OOBX_MSG_CTRL) {
         ctrl_rx_t *m = malloc(sizeof(*m) + (size_t)hdr->len);
         if (!m) return NULL;
@@ -368,10 +371,23 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
             ep->failed_what[peer] = strdup(text);
         } else {
             ep->failed_what[peer] = strdup(what ? what : "failed");
-            char text[CTRL_TEXT_MAX];
-            snprintf(text, sizeof(text), "rank %d failed (seen by rank %d: %s)", peer, ep->rank,
-                     what ? what : "its link failed");
-            fail_record(ep, peer, status, text);
+            /* a link no call ever used (a ring link set up in advance, to a
+             * rank that finished and left before its goodbye came) fails the
+             * calls that need it, not the communicator */
+            int waited_on = 0; /* a posted receive from it, or a message from it half in */
+            for (size_t b = 0; b < ep->nbuckets && !waited_on; b++)
+                for (oobx_mq_t *q = ep->buckets[b]; q && !waited_on; q = q->next)
+                    if (q->src == peer && q->rq_head) waited_on = 1;
+            for (size_t i = 0; i < ep->ninflight && !waited_on; i++) {
+                const oobx_rreq_t *r = ep->inflight[i];
+                if (r->is_ux == 0 && r->src == peer) waited_on = 1;
+            }
+            if (ep->used[peer] && (ep->link_loss_spreads || waited_on)) {
+                char text[CTRL_TEXT_MAX];
+                snprintf(text, sizeof(text), "rank %d failed (seen by rank %d: %s)", peer, ep->rank,
+                         what ? what : "its link failed");
+                fail_record(ep, peer, status, text);
+            }
         }
     }
     /* posted receives from it */
@@ -492,6 +508,7 @@ int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t *
     ep->log = log;
     ep->spin_us = s->spin_us;
     ep->fail_job = strcmp(s->failure, "local") != 0;
+    ep->link_loss_spreads = 1;
     atomic_init(&ep->fail_rank, -1);
     ep->nbuckets = 1024;
     ep->buckets = calloc(ep->nbuckets, sizeof(*ep->buckets));
@@ -518,7 +535,8 @@ int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks)
     ep->failed_what = calloc((size_t)nranks, sizeof(*ep->failed_what));
     ep->departed = calloc((size_t)nranks, 1);
     ep->talked = calloc((size_t)nranks, 1);
-    return ep->failed && ep->failed_what && ep->departed && ep->talked ? 0 : OOBX_ERR_NOMEM;
+    ep->used = calloc((size_t)nranks, 1);
+    return ep->failed && ep->failed_what && ep->departed && ep->talked && ep->used ? 0 : OOBX_ERR_NOMEM;
 }
 
 /* Tells every peer this endpoint talked with that it is leaving, so that its
@@ -600,6 +618,7 @@ void oobx__ep_release(oobx_ep_t *ep)
     free(ep->failed);
     free(ep->departed);
     free(ep->talked);
+    free(ep->used);
     if (ep->wake_fd >= 0) close(ep->wake_fd);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
@@ -690,6 +709,7 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
     if (rc == 0) rc = ep->ops->send(ep->tp, dst, &h, buf, &req->tp);
     if (rc != 0) return rc;
     ep->talked[dst] = 1;
+    ep->used[dst] = 1;
     wake_poller(ep);
     return 0;
 }

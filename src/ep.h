@@ -93,7 +93,13 @@ typedef struct oobx_ep {
     int fail_spread;        /* the notice still has to go out (sent outside progress) */
     int closing;            /* being released: our own links go down */
     unsigned char *departed; /* per rank: said goodbye (released its endpoint) */
-    unsigned char *talked;   /* per rank: we sent it something or heard from it */
+    unsigned char *talked;   /* per rank: a link to it may exist (sent, heard, ring): goodbyes go there */
+    unsigned char *used;     /* per rank: a message of a call went to it or came from it */
+    /* a lost link to a used peer fails the communicator even when no call
+     * waits on that peer; 0 where the transport reports a clean exit the same
+     * way before the goodbye can arrive (UCX's same-host pid watch): then only
+     * a loss that a posted receive or a call sees does */
+    int link_loss_spreads;
 } oobx_ep_t;
 
 /* What a caller above the endpoint shows of itself. Ranks in calls through a

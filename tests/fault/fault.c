@@ -389,8 +389,12 @@ static void test_kill_blocked_on_live_peer(void **state)
 {
     (void)state;
     int n = harness_scale() == 0 ? 8 : 16;
+    /* UCX sees a same-host peer go by its pid, which a clean exit gives too
+     * before its goodbye may have arrived: there only a loss a call waits on
+     * is spread, and the others here time out (docs/api.md) */
+    int ucx = strcmp(harness_transport(), "ucx") == 0;
     run_kill_test(n == 8 ? "kill_while_all_wait_on_live_peers_n8" : "kill_while_all_wait_on_live_peers_n16",
-                  rank_blocked_on_live_peer, n, 2, 5, FAULT_IN_ALLGATHER, SIGKILL, STRICT_NOTICE);
+                  rank_blocked_on_live_peer, n, 2, 5, FAULT_IN_ALLGATHER, SIGKILL, ucx ? 0 : STRICT_NOTICE);
 }
 static void test_kill_in_barriers(void **state)
 {
