@@ -825,6 +825,7 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     else rc = init_flat(c, &rcl, blob, blob_len);
     c->v.deadline_ns = 0;
     if (rc != 0) goto fail;
+    c->v.ep->ready = 1;
     uint64_t t_end = oobx__now_ns();
     c->timings.create = (t_create - t0) / 1e9;
     c->timings.total = (t_end - t0) / 1e9;

@@ -210,7 +210,7 @@ static void send_notice(oobx_ep_t *ep, int t)
 
 void oobx__ep_spread(oobx_ep_t *ep)
 {
-    if (!ep->fail_spread) return;
+    if (!ep->fail_spread || !ep->ready) return; /* in init the roots and the deadline report */
     ep->fail_spread = 0;
     int r = atomic_load(&ep->fail_rank);
     /* to me+1, me+2, me+4, ...: every rank that hears it does the same, so
@@ -574,9 +574,11 @@ void oobx__ep_release(oobx_ep_t *ep)
     int last = --ep->refs == 0;
     pthread_mutex_unlock(&ep->lock);
     if (!last) return;
-    if (ep->tp) oobx__ep_spread(ep); /* a failure heard last, not passed on yet */
+    /* after a failed init nobody has a communicator to be told about (and
+     * UCX 1.13 may abort on a send queued to a peer whose connect fails) */
+    if (ep->tp && ep->ready) oobx__ep_spread(ep); /* a failure heard last, not passed on yet */
     ep->closing = 1;
-    if (ep->tp) say_goodbye(ep);
+    if (ep->tp && ep->ready) say_goodbye(ep);
     if (ep->tp) ep->ops->destroy(ep->tp);
     if (ep->addr_release) ep->addr_release(ep->addr_arg);
     free(ep->addr_known);

@@ -100,6 +100,7 @@ typedef struct oobx_ep {
      * way before the goodbye can arrive (UCX's same-host pid watch): then only
      * a loss that a posted receive or a call sees does */
     int link_loss_spreads;
+    int ready;               /* an init through this endpoint succeeded: goodbyes are worth sending */
 } oobx_ep_t;
 
 /* What a caller above the endpoint shows of itself. Ranks in calls through a
