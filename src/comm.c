@@ -396,7 +396,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
         if (r->status) {
             oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
             const char *why = oobx__ep_failed_what(c->v.ep, lr->prev);
-            rc = oobx__fail(&c->log, r->status, "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
+            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? c->v.ep->fail_status : r->status, "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
                             rank, who, why ? why : oobx_strerror(r->status),
                             r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
             break;
@@ -422,7 +422,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
         if (sreqs[i].tp.status) {
             oobx__ep_peer_name(&c->v, lr->next, who, sizeof(who));
             const char *why = oobx__ep_failed_what(c->v.ep, lr->next);
-            rc = oobx__fail(&c->log, sreqs[i].tp.status, "rank %d, leader of its host's ranks: the next leader, %s: %s",
+            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? c->v.ep->fail_status : sreqs[i].tp.status, "rank %d, leader of its host's ranks: the next leader, %s: %s",
                             rank, who, why ? why : oobx_strerror(sreqs[i].tp.status));
         }
     if (adopted || !pair_sent(pending)) {
