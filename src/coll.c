@@ -85,13 +85,8 @@ static int peer_error(const oobx__ep_view_t *c, int status, int peer, const char
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
     oobx__ep_peer_name(c, peer, who, sizeof(who));
-    if (status == OOBX_ERR_REMOTE && !oobx__ep_view_failure(c)) {
-        /* a request that failed without the transport's peer_failed: the communicator's failure too */
-        const char *w = oobx__ep_failed_what(c->ep, oobx__ep_view_rank(c, peer));
-        char how[400];
-        snprintf(how, sizeof(how), "%s: %s", who, w ? w : "its link failed");
-        oobx__ep_peer_lost(c->ep, oobx__ep_view_rank(c, peer), how);
-    }
+    /* a request that failed without the transport's peer_failed: the communicator's failure too */
+    if (status == OOBX_ERR_REMOTE) oobx__ep_view_peer_lost(c, peer, who);
     const char *why = oobx__ep_failed_what(c->ep, oobx__ep_view_rank(c, peer));
     /* a link that failed because the communicator did: the first failure's code */
     if (oobx__ep_view_failure(c) && status != OOBX_ERR_TRUNCATED) status = c->ep->fail_status;

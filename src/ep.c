@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ep.h"
+#include "wire.h"
 #include "util.h"
 
 struct oobx_mq {
@@ -140,12 +141,29 @@ void oobx__ep_fail(oobx_ep_t *ep, int r, int status, const char *text)
     oobx__ep_spread(ep);
 }
 
+/* Records that endpoint rank peer failed, as this rank saw it (what). */
+static void record_lost(oobx_ep_t *ep, int peer, int status, const char *what)
+{
+    char text[CTRL_TEXT_MAX];
+    snprintf(text, sizeof(text), "rank %d failed (seen by rank %d: %s)", peer, ep->rank, what ? what : "its link failed");
+    fail_record(ep, peer, status, text);
+}
+
 void oobx__ep_peer_lost(oobx_ep_t *ep, int peer, const char *what)
 {
     if (peer < 0 || peer >= ep->nranks || ep->departed[peer] || atomic_load(&ep->fail_rank) >= 0) return;
-    char text[CTRL_TEXT_MAX];
-    snprintf(text, sizeof(text), "rank %d failed (seen by rank %d: %s)", peer, ep->rank, what ? what : "its link failed");
-    oobx__ep_fail(ep, peer, OOBX_ERR_REMOTE, text);
+    record_lost(ep, peer, OOBX_ERR_REMOTE, what);
+    oobx__ep_spread(ep);
+}
+
+void oobx__ep_view_peer_lost(const oobx__ep_view_t *v, int peer, const char *who)
+{
+    if (oobx__ep_view_failure(v)) return;
+    int r = oobx__ep_view_rank(v, peer);
+    const char *w = oobx__ep_failed_what(v->ep, r);
+    char how[900]; /* cut to CTRL_TEXT_MAX by the record */
+    snprintf(how, sizeof(how), "%s: %s", who, w ? w : "its link failed");
+    oobx__ep_peer_lost(v->ep, r, how);
 }
 
 static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
@@ -154,8 +172,7 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
     if (m->tag == CTRL_BYE) {
         ep->departed[m->src] = 1;
     } else if (m->tag == CTRL_FAIL && m->len >= CTRL_FAIL_HDR && m->len <= CTRL_FAIL_HDR + CTRL_TEXT_MAX) {
-        uint32_t r = (uint32_t)m->data[0] | (uint32_t)m->data[1] << 8 | (uint32_t)m->data[2] << 16 |
-                     (uint32_t)m->data[3] << 24;
+        uint32_t r = oobx__get_u32(m->data);
         if (r >= (uint32_t)ep->nranks) {
             OOBX_WARN(ep->log, "rank %d: rank %d sent a failure notice for rank %u of %d; dropped", ep->rank,
                       m->src, r, ep->nranks);
@@ -167,8 +184,7 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
         text[n] = '\0';
         for (size_t i = 0; i < n; i++)
             if ((unsigned char)text[i] < 0x20) text[i] = ' ';
-        int32_t st = (int32_t)((uint32_t)m->data[4] | (uint32_t)m->data[5] << 8 | (uint32_t)m->data[6] << 16 |
-                               (uint32_t)m->data[7] << 24);
+        int32_t st = (int32_t)oobx__get_u32(m->data + 4);
         fail_record(ep, (int)r, st == OOBX_ERR_MISMATCH ? OOBX_ERR_MISMATCH : OOBX_ERR_REMOTE, text);
     } else {
         OOBX_WARN(ep->log, "rank %d: rank %d sent a control message of kind %llu and %zu bytes; dropped", ep->rank,
@@ -190,11 +206,8 @@ static void send_notice(oobx_ep_t *ep, int t)
     if (!n) return;
     memset(&n->req, 0, sizeof(n->req));
     n->req.peer = t;
-    uint32_t st = (uint32_t)ep->fail_status;
-    for (int k = 0; k < 4; k++) {
-        n->msg[k] = (unsigned char)((uint32_t)r >> (8 * k));
-        n->msg[4 + k] = (unsigned char)(st >> (8 * k));
-    }
+    oobx__put_u32(n->msg, (uint32_t)r);
+    oobx__put_u32(n->msg + 4, (uint32_t)ep->fail_status);
     memcpy(n->msg + CTRL_FAIL_HDR, ep->fail_text, tl);
     oobx_msg_hdr_t h = {.ctx = 0, .tag = CTRL_FAIL, .len = CTRL_FAIL_HDR + tl, .src = ep->rank, .kind = OOBX_MSG_CTRL};
     int rc = oobx__ep_know(ep, t);
@@ -382,12 +395,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
                 const oobx_rreq_t *r = ep->inflight[i];
                 if (r->is_ux == 0 && r->src == peer) waited_on = 1;
             }
-            if (ep->used[peer] && (ep->link_loss_spreads || waited_on)) {
-                char text[CTRL_TEXT_MAX];
-                snprintf(text, sizeof(text), "rank %d failed (seen by rank %d: %s)", peer, ep->rank,
-                         what ? what : "its link failed");
-                fail_record(ep, peer, status, text);
-            }
+            if (ep->used[peer] && (ep->link_loss_spreads || waited_on)) record_lost(ep, peer, status, what);
         }
     }
     /* posted receives from it */

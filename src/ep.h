@@ -136,6 +136,9 @@ void oobx__ep_fail(oobx_ep_t *ep, int r, int status, const char *text);
  * transport's peer_failed (a request's error): the communicator-wide
  * failure unless peer said goodbye or a failure is known already. Lock held. */
 void oobx__ep_peer_lost(oobx_ep_t *ep, int peer, const char *what);
+/* The same for view rank peer, named who, with the reason the endpoint has
+ * for it (a call's request to or from it failed). Lock held. */
+void oobx__ep_view_peer_lost(const oobx__ep_view_t *v, int peer, const char *who);
 /* The transport's ring op (prev -1: the link to next only); the endpoint
  * remembers the links, so that it says goodbye on them when it goes. */
 int oobx__ep_ring(oobx_ep_t *ep, int prev, int next);

@@ -22,16 +22,6 @@ static uint64_t p2p_tag(int tag)
     return (uint64_t)(uint32_t)tag;
 }
 
-/* A request to or from peer failed: the communicator's failure (ep lock held). */
-static void peer_lost(oobx_comm_t c, int peer, const char *who)
-{
-    if (oobx__ep_view_failure(&c->v)) return;
-    const char *w = oobx__ep_failed_what(c->v.ep, oobx__ep_view_rank(&c->v, peer));
-    char how[400];
-    snprintf(how, sizeof(how), "%s: %s", who, w ? w : "its link failed");
-    oobx__ep_peer_lost(c->v.ep, oobx__ep_view_rank(&c->v, peer), how);
-}
-
 int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
 {
     int rc = oobx__comm_check(c, "oobx_send");
@@ -60,7 +50,7 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
     if (rc == 0 && s->tp.status) {
         char who[160];
         oobx__ep_peer_name(&c->v, peer, who, sizeof(who));
-        if (s->tp.status == OOBX_ERR_REMOTE) peer_lost(c, peer, who);
+        if (s->tp.status == OOBX_ERR_REMOTE) oobx__ep_view_peer_lost(&c->v, peer, who);
         const char *why = oobx__ep_failed_what(c->v.ep, oobx__ep_view_rank(&c->v, peer));
         rc = oobx__fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->v.rank, who,
                        why ? why : oobx_strerror(s->tp.status));
@@ -104,7 +94,7 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
                            "oobx_recv at rank %d: the message from %s (tag %d) has %zu bytes, more than the capacity %zu",
                            c->v.rank, who, tag, r->msg_len, capacity);
         } else if (r->status) {
-            if (r->status == OOBX_ERR_REMOTE) peer_lost(c, peer, who);
+            if (r->status == OOBX_ERR_REMOTE) oobx__ep_view_peer_lost(&c->v, peer, who);
             const char *why = oobx__ep_failed_what(c->v.ep, oobx__ep_view_rank(&c->v, peer));
             rc = oobx__fail(&c->log, r->status, "oobx_recv at rank %d from %s (tag %d): %s", c->v.rank, who, tag,
                            why ? why : oobx_strerror(r->status));
