@@ -116,7 +116,7 @@ enum { CTRL_BYE = 1, CTRL_FAIL = 2 };
 #define CTRL_FAIL_HDR 8
 
 typedef struct ctrl_rx {
-    int is_ux; /* 2 */
+    int is_ux; /* OOBX_REC_CTRL */
     int src;
     uint64_t tag;
     size_t len;
@@ -278,7 +278,7 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
     if (hdr->kind == OOBX_MSG_CTRL) {
         ctrl_rx_t *m = malloc(sizeof(*m) + (size_t)hdr->len);
         if (!m) return NULL;
-        m->is_ux = 2;
+        m->is_ux = OOBX_REC_CTRL;
         m->src = hdr->src;
         m->tag = hdr->tag;
         m->len = (size_t)hdr->len;
@@ -307,7 +307,7 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
     }
     oobx_ux_t *u = calloc(1, sizeof(*u));
     if (!u) return NULL;
-    u->is_ux = 1;
+    u->is_ux = OOBX_REC_UX;
     u->hdr = *hdr;
     if (hdr->len) {
         u->data = malloc(hdr->len);
@@ -336,12 +336,12 @@ static void sink_msg_end(void *core, void *cookie)
     oobx_ep_t *ep = core;
     if (!cookie) return;
     inflight_del(ep, cookie);
-    if (((oobx_rreq_t *)cookie)->is_ux == 2) {
+    if (((oobx_rreq_t *)cookie)->is_ux == OOBX_REC_CTRL) {
         ctrl_take(ep, cookie);
         free(cookie);
         return;
     }
-    if (((oobx_rreq_t *)cookie)->is_ux == 0) {
+    if (((oobx_rreq_t *)cookie)->is_ux == OOBX_REC_RECV) {
         oobx_rreq_t *r = cookie;
         if (r->discard) {
             free(r->discard);
@@ -393,7 +393,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
                     if (q->src == peer && q->rq_head) waited_on = 1;
             for (size_t i = 0; i < ep->ninflight && !waited_on; i++) {
                 const oobx_rreq_t *r = ep->inflight[i];
-                if (r->is_ux == 0 && r->src == peer) waited_on = 1;
+                if (r->is_ux == OOBX_REC_RECV && r->src == peer) waited_on = 1;
             }
             if (ep->used[peer] && (ep->link_loss_spreads || waited_on)) record_lost(ep, peer, status, what);
         }
@@ -423,14 +423,14 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
     /* receives being written into, and messages that lost their queue */
     for (size_t i = 0; i < ep->ninflight;) {
         void *p = ep->inflight[i];
-        if (((oobx_rreq_t *)p)->is_ux == 2) {
+        if (((oobx_rreq_t *)p)->is_ux == OOBX_REC_CTRL) {
             /* a control message cut short: msg_end never comes */
             if (((ctrl_rx_t *)p)->src == peer) {
                 free(p);
                 ep->inflight[i] = ep->inflight[--ep->ninflight];
                 continue;
             }
-        } else if (((oobx_rreq_t *)p)->is_ux == 0) {
+        } else if (((oobx_rreq_t *)p)->is_ux == OOBX_REC_RECV) {
             oobx_rreq_t *r = p;
             if (r->src == peer) {
                 free(r->discard);
@@ -596,10 +596,12 @@ void oobx__ep_release(oobx_ep_t *ep)
      * queue below); a receive's discard buffer is its own. */
     for (size_t i = 0; i < ep->ninflight; i++) {
         oobx_ux_t *u = ep->inflight[i];
-        if (u->is_ux && u->detached) {
+        if (u->is_ux == OOBX_REC_CTRL) {
+            free(u); /* a control message cut short: only the endpoint has it */
+        } else if (u->is_ux == OOBX_REC_UX && u->detached) {
             free(u->data);
             free(u);
-        } else if (!u->is_ux) {
+        } else if (u->is_ux == OOBX_REC_RECV) {
             free(((oobx_rreq_t *)ep->inflight[i])->discard);
         }
     }
@@ -813,7 +815,7 @@ int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, 
             return 1;
         }
         oobx_ux_t *u = p;
-        if (u->is_ux && u->waiter == r) {
+        if (u->is_ux == OOBX_REC_UX && u->waiter == r) {
             u->waiter = NULL;
             /* nobody wants it now: it is freed when it completes */
             u->next = u->prev = NULL;

@@ -19,10 +19,13 @@
 #include "settings.h"
 #include "transport.h"
 
-/* A posted receive, or an arrived message nobody asked for yet. Both start
- * with `is_ux` so that a transport cookie can point at either. */
+/* A posted receive, or an arrived message nobody asked for yet (or, in
+ * ep.c, an endpoint control message). Each starts with `is_ux`, one of
+ * OOBX_REC_*, so that a transport cookie can point at any of them. */
+enum { OOBX_REC_RECV = 0, OOBX_REC_UX = 1, OOBX_REC_CTRL = 2 };
+
 typedef struct oobx_rreq {
-    int is_ux; /* 0 */
+    int is_ux; /* OOBX_REC_RECV */
     struct oobx_rreq *next, *prev; /* match queue, or the in-flight list */
     int src;
     void *buf;
@@ -35,7 +38,7 @@ typedef struct oobx_rreq {
 } oobx_rreq_t;
 
 typedef struct oobx_ux {
-    int is_ux; /* 1 */
+    int is_ux; /* OOBX_REC_UX */
     struct oobx_ux *next, *prev;
     oobx_msg_hdr_t hdr;
     char *data;

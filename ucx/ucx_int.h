@@ -139,6 +139,7 @@ struct ucx_tp {
     int destroying;         /* completions no longer reach the core */
     int creating;           /* inside create: UCX's words on its configuration are the user's business */
     int ucx_log_user;       /* UCX_LOG_LEVEL is set: UCX prints as the user asked */
+    int tcp_put_off;        /* UCX_TCP_PUT_ENABLE=n set by this transport (see ucx_create) */
     ucx_sreq_t *sreq_pool;  /* free send records */
     ucx_rrec_t *rrec_pool;  /* free receive records */
     int nsreq_pool, nrrec_pool;
