@@ -109,9 +109,12 @@ static void rreq_complete(oobx_rreq_t *r, size_t len, int status)
  * afterwards are its leaving, not a failure. FAIL: u32 failed rank, i32
  * status, then the text (at most CTRL_TEXT_MAX bytes): a rank failed; the
  * receiver fails the communicators that contain it and passes the notice
- * on. They travel on the job's own links, whose hellos carry the
- * communicator's magic. */
-enum { CTRL_BYE = 1, CTRL_FAIL = 2 };
+ * on. PING: u32 probe id: a rank whose wait timed out asks whether this
+ * rank still answers. PONG: u32 probe id, u32 n, then n u32 endpoint ranks
+ * (at most OOBX_PROBE_MAX): the answer, with the ranks this one waits on.
+ * They travel on the job's own links, whose hellos carry the communicator's
+ * magic. */
+enum { CTRL_BYE = 1, CTRL_FAIL = 2, CTRL_PING = 3, CTRL_PONG = 4 };
 #define CTRL_TEXT_MAX 600
 #define CTRL_FAIL_HDR 8
 
@@ -186,34 +189,47 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
             if ((unsigned char)text[i] < 0x20) text[i] = ' ';
         int32_t st = (int32_t)oobx__get_u32(m->data + 4);
         fail_record(ep, (int)r, st == OOBX_ERR_MISMATCH ? OOBX_ERR_MISMATCH : OOBX_ERR_REMOTE, text);
+    } else if (m->tag == CTRL_PING && m->len == 4) {
+        if (ep->nping_due < OOBX_PROBE_MAX) {
+            ep->ping_due[ep->nping_due].to = m->src;
+            ep->ping_due[ep->nping_due].id = oobx__get_u32(m->data);
+            ep->nping_due++;
+        }
+    } else if (m->tag == CTRL_PONG && m->len >= 8 && m->len == 8 + 4 * (size_t)oobx__get_u32(m->data + 4) &&
+               oobx__get_u32(m->data + 4) <= OOBX_PROBE_MAX) {
+        int k = ep->pong_next;
+        ep->pong_next = (k + 1) % OOBX_PROBE_MAX;
+        ep->pong[k].id = oobx__get_u32(m->data);
+        ep->pong[k].from = m->src;
+        ep->pong[k].n = 0;
+        for (uint32_t i = 0; i < oobx__get_u32(m->data + 4); i++) {
+            uint32_t w = oobx__get_u32(m->data + 8 + 4 * i);
+            if (w < (uint32_t)ep->nranks) ep->pong[k].waits[ep->pong[k].n++] = (int)w;
+        }
     } else {
         OOBX_WARN(ep->log, "rank %d: rank %d sent a control message of kind %llu and %zu bytes; dropped", ep->rank,
                   m->src, (unsigned long long)m->tag, m->len);
     }
 }
 
-/* Sends the recorded failure to endpoint rank t. */
-static void send_notice(oobx_ep_t *ep, int t)
+/* Sends a control message of len bytes to endpoint rank t. Not from inside
+ * progress (the transports do not take sends from their own callbacks). */
+static void ctrl_send(oobx_ep_t *ep, int t, uint64_t tag, const void *payload, size_t len, const char *what)
 {
     typedef struct {
         oobx_sreq_t req;
-        unsigned char msg[CTRL_FAIL_HDR + CTRL_TEXT_MAX];
-    } notice_t;
-    int r = atomic_load(&ep->fail_rank);
-    size_t tl = strlen(ep->fail_text);
-    if (tl > CTRL_TEXT_MAX) tl = CTRL_TEXT_MAX;
-    notice_t *n = malloc(sizeof(*n));
+        unsigned char msg[];
+    } ctrl_tx_t;
+    ctrl_tx_t *n = malloc(sizeof(*n) + len);
     if (!n) return;
     memset(&n->req, 0, sizeof(n->req));
     n->req.peer = t;
-    oobx__put_u32(n->msg, (uint32_t)r);
-    oobx__put_u32(n->msg + 4, (uint32_t)ep->fail_status);
-    memcpy(n->msg + CTRL_FAIL_HDR, ep->fail_text, tl);
-    oobx_msg_hdr_t h = {.ctx = 0, .tag = CTRL_FAIL, .len = CTRL_FAIL_HDR + tl, .src = ep->rank, .kind = OOBX_MSG_CTRL};
+    if (len) memcpy(n->msg, payload, len);
+    oobx_msg_hdr_t h = {.ctx = 0, .tag = tag, .len = len, .src = ep->rank, .kind = OOBX_MSG_CTRL};
     int rc = oobx__ep_know(ep, t);
     if (rc == 0) rc = ep->ops->send(ep->tp, t, &h, n->msg, &n->req.tp);
     if (rc != 0) {
-        OOBX_DEBUG(ep->log, "rank %d: the failure notice to rank %d did not go: %s", ep->rank, t, oobx_strerror(rc));
+        OOBX_DEBUG(ep->log, "rank %d: the %s to rank %d did not go: %s", ep->rank, what, t, oobx_strerror(rc));
         free(n);
         return;
     }
@@ -221,8 +237,51 @@ static void send_notice(oobx_ep_t *ep, int t)
     oobx__ep_adopt(ep, n); /* the transport may hold it until the endpoint goes */
 }
 
+/* Sends the recorded failure to endpoint rank t. */
+static void send_notice(oobx_ep_t *ep, int t)
+{
+    unsigned char msg[CTRL_FAIL_HDR + CTRL_TEXT_MAX];
+    size_t tl = strlen(ep->fail_text);
+    if (tl > CTRL_TEXT_MAX) tl = CTRL_TEXT_MAX;
+    oobx__put_u32(msg, (uint32_t)atomic_load(&ep->fail_rank));
+    oobx__put_u32(msg + 4, (uint32_t)ep->fail_status);
+    memcpy(msg + CTRL_FAIL_HDR, ep->fail_text, tl);
+    ctrl_send(ep, t, CTRL_FAIL, msg, CTRL_FAIL_HDR + tl, "failure notice");
+}
+
+/* The endpoint ranks whose messages posted receives wait for (of context
+ * ctx, or of every context with any_ctx), at most max of them. */
+static int posted_sources(const oobx_ep_t *ep, uint64_t ctx, int any_ctx, int *out, int max)
+{
+    int n = 0;
+    for (size_t b = 0; b < ep->nbuckets && n < max; b++)
+        for (const oobx_mq_t *q = ep->buckets[b]; q && n < max; q = q->next) {
+            if (!q->rq_head || q->kind == OOBX_MSG_CTRL || (!any_ctx && q->ctx != ctx)) continue;
+            int seen = 0;
+            for (int i = 0; i < n; i++) seen |= out[i] == q->src;
+            if (!seen) out[n++] = q->src;
+        }
+    return n;
+}
+
+/* Answers the probes heard since the last call (with the ranks this one waits on). */
+static void answer_pings(oobx_ep_t *ep)
+{
+    int waits[OOBX_PROBE_MAX];
+    int nw = posted_sources(ep, 0, 1, waits, OOBX_PROBE_MAX);
+    unsigned char msg[8 + 4 * OOBX_PROBE_MAX];
+    oobx__put_u32(msg + 4, (uint32_t)nw);
+    for (int i = 0; i < nw; i++) oobx__put_u32(msg + 8 + 4 * i, (uint32_t)waits[i]);
+    for (int i = 0; i < ep->nping_due; i++) {
+        oobx__put_u32(msg, ep->ping_due[i].id);
+        ctrl_send(ep, ep->ping_due[i].to, CTRL_PONG, msg, 8 + 4 * (size_t)nw, "probe answer");
+    }
+    ep->nping_due = 0;
+}
+
 void oobx__ep_spread(oobx_ep_t *ep)
 {
+    if (ep->nping_due) answer_pings(ep);
     if (!ep->fail_spread || !ep->ready) return; /* in init the roots and the deadline report */
     ep->fail_spread = 0;
     int r = atomic_load(&ep->fail_rank);
@@ -861,10 +920,116 @@ int oobx__ep_wait_error(const oobx__ep_view_t *v, int rc, const char *fmt, ...)
     if (rc == OOBX_ERR_ABORTED) return oobx__fail(v->log, rc, "%s: aborted", what);
     const char *f = oobx__ep_view_failure(v);
     if ((rc == OOBX_ERR_REMOTE || rc == OOBX_ERR_MISMATCH) && f) return oobx__fail(v->log, rc, "%s: %s", what, f);
-    return oobx__fail(v->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)", what, v->settings->timeout_ms);
+    return oobx__fail(v->log, rc, "%s: timed out (OOBX_TIMEOUT_MS=%d)%s", what, v->settings->timeout_ms,
+                      rc == OOBX_ERR_TIMEOUT ? v->ep->probe_text : "");
 }
 
 /* ---- waiting ---- */
+
+/* A wait that reaches its deadline while receives are posted asks their
+ * senders whether they answer (PING). One that does not within the probe
+ * window is named as stopped, and the communicator is told; one that does
+ * is named as alive, with the ranks it waits on, and the wait lingers a
+ * little longer for the notice of whoever finds the real culprit. */
+typedef struct probe {
+    int phase; /* 0: none, 1: asked, 2: all answered, lingering */
+    int n;
+    int to[OOBX_PROBE_MAX]; /* endpoint ranks */
+    uint32_t id;
+} probe_t;
+
+static int probe_window_ms(const oobx__ep_view_t *v)
+{
+    int g = v->settings->timeout_ms / 10;
+    return g < 100 ? 100 : g > 1000 ? 1000 : g;
+}
+
+static int view_rank_of(const oobx__ep_view_t *v, int r)
+{
+    if (!v->ep_rank) return r;
+    for (int i = 0; i < v->nranks; i++)
+        if (v->ep_rank[i] == r) return i;
+    return -1;
+}
+
+static int pong_of(const oobx_ep_t *ep, uint32_t id, int from)
+{
+    for (int k = 0; k < OOBX_PROBE_MAX; k++)
+        if (ep->pong[k].id == id && ep->pong[k].from == from) return k;
+    return -1;
+}
+
+static int probe_start(const oobx__ep_view_t *v, probe_t *p)
+{
+    oobx_ep_t *ep = v->ep;
+    if (!ep->ready) return 0; /* init has its own reports */
+    int srcs[OOBX_PROBE_MAX];
+    int n = posted_sources(ep, v->ctx, 0, srcs, OOBX_PROBE_MAX);
+    p->n = 0;
+    for (int i = 0; i < n; i++)
+        if (!ep->failed[srcs[i]] && !ep->departed[srcs[i]] && srcs[i] != ep->rank) p->to[p->n++] = srcs[i];
+    if (!p->n) return 0;
+    p->id = ++ep->probe_seq;
+    unsigned char msg[4];
+    oobx__put_u32(msg, p->id);
+    for (int i = 0; i < p->n; i++) ctrl_send(ep, p->to[i], CTRL_PING, msg, sizeof(msg), "probe");
+    p->phase = 1;
+    return 1;
+}
+
+static int probe_all_answered(const oobx_ep_t *ep, const probe_t *p)
+{
+    for (int i = 0; i < p->n; i++)
+        if (pong_of(ep, p->id, p->to[i]) < 0) return 0;
+    return 1;
+}
+
+/* Appends "rank X" for endpoint rank r as the view names it. */
+static size_t put_rank(const oobx__ep_view_t *v, char *buf, size_t len, size_t at, int r)
+{
+    if (at >= len) return at;
+    int vr = view_rank_of(v, r);
+    int k = vr >= 0 ? snprintf(buf + at, len - at, "rank %d", vr)
+                    : snprintf(buf + at, len - at, "rank %d of the parent", r);
+    return k > 0 ? at + (size_t)k : at;
+}
+
+/* Ends the probe window: what each rank waited on said goes to probe_text;
+ * the first one silent is told to the communicator. Returns 1 when one was. */
+static int probe_finish(const oobx__ep_view_t *v, probe_t *p, uint64_t waited_ns)
+{
+    oobx_ep_t *ep = v->ep;
+    char *t = ep->probe_text;
+    size_t len = sizeof(ep->probe_text), at = strlen(t);
+    int silent = -1, g = probe_window_ms(v);
+    for (int i = 0; i < p->n && at < len; i++) {
+        char who[160];
+        oobx__ep_peer_name(v, view_rank_of(v, p->to[i]) >= 0 ? view_rank_of(v, p->to[i]) : -1, who, sizeof(who));
+        int k = pong_of(ep, p->id, p->to[i]);
+        if (k < 0) {
+            if (silent < 0) silent = i;
+            at += (size_t)snprintf(t + at, len - at, "; still waiting on %s, which did not answer a probe within %d ms "
+                                   "(stopped, hung or not in an oobx call)", who, g);
+            continue;
+        }
+        at += (size_t)snprintf(t + at, len - at, "; still waiting on %s, which answered a probe (alive", who);
+        for (int w = 0; w < ep->pong[k].n && at < len; w++) {
+            at += (size_t)snprintf(t + at, len - at, w ? ", " : "; it waits on ");
+            at = put_rank(v, t, len, at, ep->pong[k].waits[w]);
+        }
+        if (at < len) at += (size_t)snprintf(t + at, len - at, ")");
+    }
+    if (silent < 0) return 0;
+    char who[160], text[CTRL_TEXT_MAX];
+    int vr = view_rank_of(v, p->to[silent]);
+    oobx__ep_peer_name(v, vr, who, sizeof(who));
+    snprintf(text, sizeof(text),
+             "%s stopped answering (seen by rank %d: no data for %.0f ms, then no answer to a probe within %d ms: "
+             "stopped, hung or not in an oobx call)",
+             who, ep->rank, waited_ns / 1e6, g);
+    oobx__ep_fail(ep, p->to[silent], OOBX_ERR_REMOTE, text);
+    return 1;
+}
 
 static int cancel_check(const oobx__ep_view_t *v)
 {
@@ -879,11 +1044,31 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
     oobx_ep_t *ep = v->ep;
     oobx_tp_t *tp = ep->tp;
     if (v->deadline_ns && v->deadline_ns < deadline_ns) deadline_ns = v->deadline_ns;
+    uint64_t t0 = oobx__now_ns();
+    probe_t probe = {.phase = 0};
+    ep->probe_text[0] = '\0';
     for (;;) {
         if (done(arg)) return 0;
         int rc = cancel_check(v);
         if (rc) return rc;
-        if (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns) return OOBX_ERR_TIMEOUT;
+        if (probe.phase == 1 && probe_all_answered(ep, &probe)) {
+            probe_finish(v, &probe, oobx__now_ns() - t0);
+            probe.phase = 2;
+            deadline_ns = oobx__deadline(2 * probe_window_ms(v));
+        }
+        if (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns) {
+            /* an init's budget is its own: no probes past it */
+            if (probe.phase == 0 && !v->deadline_ns && probe_start(v, &probe)) {
+                deadline_ns = oobx__deadline(probe_window_ms(v));
+                continue;
+            }
+            if (probe.phase == 1 && !probe_finish(v, &probe, oobx__now_ns() - t0)) {
+                probe.phase = 2;
+                deadline_ns = oobx__deadline(2 * probe_window_ms(v));
+                continue;
+            }
+            return OOBX_ERR_TIMEOUT;
+        }
         if (ep->poller) {
             /* another thread polls for us; it broadcasts after each round */
             int ms = oobx__ms_left(deadline_ns, v->user_abort ? 50 : 1000);

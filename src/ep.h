@@ -49,6 +49,8 @@ typedef struct oobx_ux {
 
 typedef struct oobx_mq oobx_mq_t;
 
+#define OOBX_PROBE_MAX 8 /* ranks one probe asks, and ranks one answer names */
+
 typedef struct oobx_sreq {
     oobx_tp_req_t tp;
     int peer;
@@ -104,6 +106,21 @@ typedef struct oobx_ep {
      * a loss that a posted receive or a call sees does */
     int link_loss_spreads;
     int ready;               /* an init through this endpoint succeeded: goodbyes are worth sending */
+    /* Probes: a wait that timed out asks the ranks it still waits on whether
+     * they answer (CTRL PING); their PONG lists the ranks they wait on. */
+    uint32_t probe_seq;
+    struct {
+        uint32_t id;
+        int from, n;
+        int waits[OOBX_PROBE_MAX];
+    } pong[OOBX_PROBE_MAX];  /* the last answers heard, round robin */
+    int pong_next;
+    struct {
+        int to;
+        uint32_t id;
+    } ping_due[OOBX_PROBE_MAX]; /* probes to answer (answered outside progress) */
+    int nping_due;
+    char probe_text[800];    /* what the last timed-out wait found, for oobx__ep_wait_error */
 } oobx_ep_t;
 
 /* What a caller above the endpoint shows of itself. Ranks in calls through a

@@ -54,6 +54,10 @@
 #define ONE_WAITS_ON_VICTIM ((size_t)-3)
 /* bytes argument of run_kill_test: init must end within one timeout */
 #define INIT_BOUND ((size_t)-2)
+/* bytes argument of run_kill_test for a stopped (SIGSTOP) victim: 1 KiB
+ * allgathers, the victim's predecessor waits on it, and every survivor's
+ * error names it (the probe finds it silent and the communicator is told) */
+#define STOP_NAMED ((size_t)-4)
 
 /* Shared between the parent and the ranks (MAP_SHARED). */
 typedef struct fault_ctl {
@@ -268,6 +272,11 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
         ctl->count = 1;
         bytes = STRICT_NOTICE;
     }
+    int all_named = bytes == STOP_NAMED;
+    if (all_named) {
+        ctl->count = 1;
+        ctl->bytes = bytes = 1024;
+    }
     int strict = bytes == STRICT_NOTICE;
     if (bytes == INIT_BOUND) {
         ctl->init_bound = 1;
@@ -327,7 +336,7 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
     if (v != HARNESS_PASS) fail_msg("%s", msg);
     if (!named && !ctl_init_bound)
         fail_msg("%s: no survivor's error names rank %d (each survivor's text is printed above)", name, victim);
-    if (strict && named != n - 1)
+    if ((strict || all_named) && named != n - 1)
         fail_msg("%s: %d of %d survivors named rank %d (each survivor's text is printed above)", name, named, n - 1,
                  victim);
     print_message("  %s: passed; %d of %d survivors named rank %d\n", name, named, n - 1, victim);
@@ -413,7 +422,19 @@ static void test_stop_in_allgather(void **state)
 {
     (void)state;
     run_kill_test("silent_peer_in_allgather_n8", rank_killed_in_allgather, 8, 1, 5, FAULT_IN_ALLGATHER, SIGSTOP,
-                  1024);
+                  STOP_NAMED);
+}
+static void test_stop_in_barriers(void **state)
+{
+    (void)state;
+    run_kill_test("silent_peer_in_barriers_n8", rank_killed_in_barriers, 8, 1, 3, FAULT_IN_ALLGATHER, SIGSTOP,
+                  STOP_NAMED);
+}
+static void test_stop_blocked_on_live_peer(void **state)
+{
+    (void)state;
+    run_kill_test("silent_peer_while_all_wait_n8", rank_blocked_on_live_peer, 8, 2, 5, FAULT_IN_ALLGATHER, SIGSTOP,
+                  STOP_NAMED);
 }
 
 /* ---- stray clients ------------------------------------------------------------------ */
@@ -959,6 +980,8 @@ int main(void)
         cmocka_unit_test(test_kill_blocked_on_live_peer),
         cmocka_unit_test(test_kill_in_barriers),
         cmocka_unit_test(test_stop_in_allgather),
+        cmocka_unit_test(test_stop_in_barriers),
+        cmocka_unit_test(test_stop_blocked_on_live_peer),
         cmocka_unit_test(test_stray_clients),
         cmocka_unit_test(test_stray_clients_env),
         cmocka_unit_test(test_second_job_same_port),
