@@ -19,7 +19,20 @@ static int member(const coll_group_t *g, int i)
 
 static uint64_t coll_tag(const coll_group_t *g, unsigned step)
 {
-    return ((g->gid & 0xffffffull) << 40) | ((uint64_t)(g->seq & 0xffffffu) << 16) | (step & 0xffffu);
+    return oobx__coll_tag(g->gid, step, g->op, g->seq, g->root);
+}
+
+/* g as the call op sees it (a call made inside another keeps the outer
+ * signature); the endpoint learns of the call */
+static coll_group_t with_op(const oobx__ep_view_t *c, const coll_group_t *g, unsigned op, int root)
+{
+    coll_group_t s = *g;
+    if (!s.op) {
+        s.op = op;
+        s.root = root;
+        oobx__ep_coll_begin(c, coll_tag(&s, 0));
+    }
+    return s;
 }
 
 /* Requests of one collective, freed or handed to the endpoint at the end. */
@@ -109,11 +122,21 @@ static int recv_error(const oobx__ep_view_t *c, const oobx_rreq_t *r, int peer, 
     va_end(ap);
     if (r->status != OOBX_ERR_MISMATCH) return peer_error(c, r->status, peer, "%s", what);
     oobx__ep_peer_name(c, peer, who, sizeof(who));
-    char text[1000];
-    snprintf(text, sizeof(text),
-             "rank %d: %s: %s sent %zu bytes where this rank expects %zu: the ranks disagree on the call (bytes per "
-             "rank, root or group)",
-             c->rank, what, who, r->msg_len, r->cap);
+    char text[1600];
+    if (r->rival_tag) {
+        char mine[120], theirs[120];
+        oobx__coll_describe(r->tag, mine, sizeof(mine));
+        oobx__coll_describe(r->rival_tag, theirs, sizeof(theirs));
+        snprintf(text, sizeof(text),
+                 "rank %d: %s: %s is in another call: it sent for %s (%zu bytes), this rank is in %s: the ranks "
+                 "disagree on the call",
+                 c->rank, what, who, theirs, r->msg_len, mine);
+    } else {
+        snprintf(text, sizeof(text),
+                 "rank %d: %s: %s sent %zu bytes where this rank expects %zu: the ranks disagree on the call (bytes "
+                 "per rank)",
+                 c->rank, what, who, r->msg_len, r->cap);
+    }
     /* the other ranks may wait on ranks that will never send: they hear it too */
     oobx__ep_fail(c->ep, oobx__ep_view_rank(c, peer), OOBX_ERR_MISMATCH, text);
     return oobx__fail(c->log, OOBX_ERR_MISMATCH, "%s", text);
@@ -395,31 +418,38 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
 int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
 {
     if (g->n == 1 || bpr == 0) return 0;
-    if (!strcmp(algo, "bruck")) return bruck_allgather(c, g, buf, bpr);
-    if (!strcmp(algo, "ring")) return ring_allgather(c, g, buf, bpr, bpr, NULL);
     int small = g->n > 2 && (size_t)g->n * bpr <= c->settings->bruck_max_bytes;
-    int tree = !strcmp(algo, "tree") || (small && c->ep->oversubscribed);
-    if (tree) {
-        int rc = tree_gather(c, g, buf, bpr, "allgather (tree)");
-        return rc ? rc : oobx__coll_bcast(c, g, 0, buf, (size_t)g->n * bpr);
+    unsigned op = !strcmp(algo, "bruck")  ? COLL_OP_ALLGATHER_BRUCK
+                  : !strcmp(algo, "ring") ? COLL_OP_ALLGATHER_RING
+                  : !strcmp(algo, "tree") || (small && c->ep->oversubscribed) ? COLL_OP_ALLGATHER_TREE
+                  : small                 ? COLL_OP_ALLGATHER_BRUCK
+                                          : COLL_OP_ALLGATHER_RING;
+    coll_group_t s = with_op(c, g, op, 0);
+    if (op == COLL_OP_ALLGATHER_TREE) {
+        int rc = tree_gather(c, &s, buf, bpr, "allgather (tree)");
+        return rc ? rc : oobx__coll_bcast(c, &s, 0, buf, (size_t)g->n * bpr);
     }
-    if (small) return bruck_allgather(c, g, buf, bpr);
-    return ring_allgather(c, g, buf, bpr, bpr, NULL);
+    if (op == COLL_OP_ALLGATHER_BRUCK) return bruck_allgather(c, &s, buf, bpr);
+    return ring_allgather(c, &s, buf, bpr, bpr, NULL);
 }
 
 int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens)
 {
     if (g->n == 1) return 0;
-    return ring_allgather(c, g, items, cap, cap, lens);
+    coll_group_t s = with_op(c, g, COLL_OP_ALLGATHERV, 0);
+    return ring_allgather(c, &s, items, cap, cap, lens);
 }
 
 /* ---- barrier ---------------------------------------------------------------------------- */
 
-int oobx__coll_barrier(const oobx__ep_view_t *c, const coll_group_t *g)
+int oobx__coll_barrier(const oobx__ep_view_t *c, const coll_group_t *gin)
 {
-    int n = g->n, me = g->me;
+    int n = gin->n, me = gin->me;
     if (n == 1) return 0;
-    if (c->ep->oversubscribed && n > 2) {
+    int tree = c->ep->oversubscribed && n > 2;
+    coll_group_t s = with_op(c, gin, tree ? COLL_OP_BARRIER_TREE : COLL_OP_BARRIER, 0);
+    const coll_group_t *g = &s;
+    if (tree) {
         /* 2(n-1) messages instead of n*log2(n): what counts when ranks share cores */
         int rc = tree_gather(c, g, NULL, 0, "barrier");
         return rc ? rc : oobx__coll_bcast(c, g, 0, NULL, 0);
@@ -473,8 +503,10 @@ static int bcast_progress(void *arg)
     return b->next_fwd == b->q.nr && all_sent(&b->q);
 }
 
-int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, void *buf, size_t bytes)
+int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *gin, int root, void *buf, size_t bytes)
 {
+    coll_group_t s = with_op(c, gin, COLL_OP_BCAST, root);
+    const coll_group_t *g = &s;
     int n = g->n;
     if (n == 1) return 0;
     int vr = (g->me - root + n) % n;

@@ -17,7 +17,11 @@ typedef struct coll_group {
     const int *members; /* view ranks, NULL: all */
     uint64_t gid;       /* 0: the whole view */
     uint32_t seq;
+    unsigned op;        /* COLL_OP_*, set by the call (0 before) */
+    int root;           /* the broadcast's root (group rank), 0 otherwise */
 } coll_group_t;
+
+/* the COLL_OP_* of a call, and collective tags: ep.h */
 
 int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo);
 int oobx__coll_barrier(const oobx__ep_view_t *c, const coll_group_t *g);

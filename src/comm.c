@@ -493,7 +493,7 @@ static int card_complete(void *arg)
 
 /* Tags of the leaders' rings: group ids no group collective has. */
 #define NODE_TRADE_TAG (0xfffffeull << 40)
-#define NODE_AG_TAG(seq) ((0xfffffdull << 40) | ((uint64_t)((seq) & 0xffffffu) << 16))
+#define NODE_AG_TAG(seq) oobx__coll_tag(0xfffffdull, 0, COLL_OP_NODE_ALLGATHER, (seq), 0)
 
 static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members)
 {

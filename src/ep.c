@@ -24,6 +24,7 @@ struct oobx_mq {
 
 static size_t mq_hash(const oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag)
 {
+    if (kind == OOBX_MSG_COLL) tag &= OOBX_COLL_SLOT_MASK; /* rivals share a bucket */
     uint64_t h = oobx__mix64(ctx ^ ((uint64_t)kind << 56), tag ^ ((uint64_t)(uint32_t)src << 20));
     return (size_t)h & (ep->nbuckets - 1);
 }
@@ -90,6 +91,18 @@ static void inflight_del(oobx_ep_t *ep, void *p)
             ep->inflight[i] = ep->inflight[--ep->ninflight];
             return;
         }
+}
+
+/* A queue of collective messages (ux) or receives (!ux) from src in the
+ * slot of tag but with another signature. */
+static oobx_mq_t *coll_rival(oobx_ep_t *ep, uint64_t ctx, int src, uint64_t tag, int ux)
+{
+    size_t b = mq_hash(ep, ctx, OOBX_MSG_COLL, src, tag);
+    for (oobx_mq_t *q = ep->buckets[b]; q; q = q->next)
+        if (q->kind == OOBX_MSG_COLL && q->ctx == ctx && q->src == src && q->tag != tag &&
+            (q->tag & OOBX_COLL_SLOT_MASK) == (tag & OOBX_COLL_SLOT_MASK) && (ux ? q->ux_head != NULL : q->rq_head != NULL))
+            return q;
+    return NULL;
 }
 
 static void rreq_complete(oobx_rreq_t *r, size_t len, int status)
@@ -325,6 +338,62 @@ const char *oobx__ep_view_failure(const oobx__ep_view_t *v)
     return NULL;
 }
 
+/* ---- collective signatures (ep.h) ---- */
+
+#define COLL_SIG_BITS 0x0000000f0000ffffull /* op and root: what must agree within one call */
+
+/* A rank made another call under the number of one this rank makes: the
+ * communicator fails with OOBX_ERR_MISMATCH (the notice names both calls). */
+static void coll_disagree(oobx_ep_t *ep, int src, uint64_t theirs, uint64_t mine)
+{
+    char a[120], b[120], text[CTRL_TEXT_MAX];
+    oobx__coll_describe(theirs, a, sizeof(a));
+    oobx__coll_describe(mine, b, sizeof(b));
+    snprintf(text, sizeof(text), "the ranks disagree on a call: rank %d sent for %s, rank %d is in %s", src, a,
+             ep->rank, b);
+    OOBX_DEBUG(ep->log, "rank %d: %s", ep->rank, text);
+    fail_record(ep, src, OOBX_ERR_MISMATCH, text);
+}
+
+static int same_call_other_sig(uint64_t a, uint64_t b)
+{
+    return (a & OOBX_COLL_CALL_MASK) == (b & OOBX_COLL_CALL_MASK) && ((a ^ b) & COLL_SIG_BITS);
+}
+
+/* A collective message came: is it for this rank's current call in its group, signed otherwise? */
+static void coll_check_arrival(oobx_ep_t *ep, uint64_t ctx, int src, uint64_t tag)
+{
+    for (int k = 0; k < OOBX_PROBE_MAX; k++)
+        if (ep->calls[k].tag && ep->calls[k].ctx == ctx && same_call_other_sig(ep->calls[k].tag, tag)) {
+            coll_disagree(ep, src, tag, ep->calls[k].tag);
+            return;
+        }
+}
+
+void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag)
+{
+    oobx_ep_t *ep = v->ep;
+    int k = -1;
+    for (int i = 0; i < OOBX_PROBE_MAX && k < 0; i++)
+        if (ep->calls[i].ctx == v->ctx && ep->calls[i].tag &&
+            (ep->calls[i].tag & OOBX_COLL_GROUP_MASK) == (tag & OOBX_COLL_GROUP_MASK))
+            k = i;
+    if (k < 0) {
+        k = ep->calls_next;
+        ep->calls_next = (k + 1) % OOBX_PROBE_MAX;
+    }
+    ep->calls[k].ctx = v->ctx;
+    ep->calls[k].tag = tag;
+    if (!ep->ncoll_ux) return;
+    /* messages of this call number that came early */
+    for (size_t b = 0; b < ep->nbuckets; b++)
+        for (const oobx_mq_t *q = ep->buckets[b]; q; q = q->next)
+            if (q->kind == OOBX_MSG_COLL && q->ctx == v->ctx && q->ux_head && same_call_other_sig(q->tag, tag)) {
+                coll_disagree(ep, q->src, q->tag, tag);
+                return;
+            }
+}
+
 /* ---- the sink: called by the transport with the lock held ---- */
 
 static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
@@ -363,6 +432,23 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
         /* cannot even drop it in order; the stream must still be consumed */
         r->discard = malloc(1);
         return NULL;
+    }
+    if (hdr->kind == OOBX_MSG_COLL) {
+        ep->ncoll_ux++;
+        coll_check_arrival(ep, hdr->ctx, hdr->src, hdr->tag);
+        oobx_mq_t *rq = coll_rival(ep, hdr->ctx, hdr->src, hdr->tag, 0);
+        if (rq) {
+            /* the sender made another call than the one this rank waits in */
+            oobx_rreq_t *r = rq->rq_head;
+            rq->rq_head = r->next;
+            if (rq->rq_head) rq->rq_head->prev = NULL;
+            else rq->rq_tail = NULL;
+            r->next = r->prev = NULL;
+            r->rival_tag = hdr->tag;
+            r->msg_len = hdr->len;
+            rreq_complete(r, 0, OOBX_ERR_MISMATCH);
+            mq_drop_if_empty(ep, rq);
+        }
     }
     oobx_ux_t *u = calloc(1, sizeof(*u));
     if (!u) return NULL;
@@ -809,10 +895,21 @@ static int irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag
     r->src = src;
     r->buf = buf;
     r->cap = cap;
+    r->tag = tag;
     oobx_mq_t *q = mq_find(ep, v->ctx, kind, src, tag, 1);
     if (!q) return oobx__fail(v->log, OOBX_ERR_NOMEM, "out of memory posting a receive");
+    oobx_mq_t *rival = !q->ux_head && kind == OOBX_MSG_COLL ? coll_rival(ep, v->ctx, src, tag, 1) : NULL;
+    if (rival) {
+        /* the sender's next message is of another call: it makes no more of this one */
+        mq_drop_if_empty(ep, q);
+        r->rival_tag = rival->tag;
+        r->msg_len = rival->ux_head->hdr.len;
+        rreq_complete(r, 0, OOBX_ERR_MISMATCH);
+        return 0;
+    }
     if (q->ux_head) {
         oobx_ux_t *u = q->ux_head;
+        if (kind == OOBX_MSG_COLL && ep->ncoll_ux) ep->ncoll_ux--;
         q->ux_head = u->next;
         if (q->ux_head) q->ux_head->prev = NULL;
         else q->ux_tail = NULL;
@@ -896,6 +993,33 @@ void oobx__ep_adopt(oobx_ep_t *ep, void *p)
 }
 
 /* ---- names and errors ---- */
+
+const char *oobx__coll_op_name(unsigned op)
+{
+    switch (op) {
+    case COLL_OP_ALLGATHER_RING: return "allgather (ring)";
+    case COLL_OP_ALLGATHER_BRUCK: return "allgather (Bruck)";
+    case COLL_OP_ALLGATHER_TREE: return "allgather (tree)";
+    case COLL_OP_BARRIER: return "barrier";
+    case COLL_OP_BARRIER_TREE: return "barrier (tree)";
+    case COLL_OP_BCAST: return "broadcast";
+    case COLL_OP_ALLGATHERV: return "allgather of the cards";
+    case COLL_OP_NODE_ALLGATHER: return "allgather (hosts' leaders)";
+    default: return "an unknown call";
+    }
+}
+
+void oobx__coll_describe(uint64_t tag, char *buf, size_t len)
+{
+    unsigned op = OOBX_COLL_TAG_OP(tag);
+    const char *of = OOBX_COLL_TAG_GID(tag) ? "of its group" : "on the communicator"; /* group id 0: the whole view */
+    if (op == COLL_OP_BCAST)
+        snprintf(buf, len, "broadcast from group rank %u, call %u %s", OOBX_COLL_TAG_ROOT(tag),
+                 OOBX_COLL_TAG_SEQ(tag), of);
+    else
+        snprintf(buf, len, "%s, call %u %s", oobx__coll_op_name(op), OOBX_COLL_TAG_SEQ(tag), of);
+}
+
 
 void oobx__ep_peer_name(const oobx__ep_view_t *v, int r, char *buf, size_t len)
 {

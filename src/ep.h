@@ -35,7 +35,49 @@ typedef struct oobx_rreq {
     char *discard; /* payload of a too-large message goes here */
     size_t msg_len;
     int exact;     /* a collective's receive: a message of another size than cap is OOBX_ERR_MISMATCH */
+    uint64_t tag;       /* as posted */
+    uint64_t rival_tag; /* OOBX_ERR_MISMATCH by signature: the tag the sender used instead */
 } oobx_rreq_t;
+
+/* Collective tags: the slot, (group id, step), in the top 28 bits, and the
+ * call's signature below: what call (COLL_OP_*), the call's number in its
+ * group (mod 2^16), its root. Two checks use them:
+ * - a collective message in the slot of a receive posted for the same
+ *   sender but with another signature: the sender made another call than
+ *   this rank waits in (each link keeps its order, so a sender's messages of
+ *   one call all come before those of its next), and the receive ends with
+ *   OOBX_ERR_MISMATCH and rival_tag;
+ * - a collective message with the number of this rank's current (or last)
+ *   call in its group but another signature, from anyone: the ranks
+ *   disagree on that call, and the communicator fails with
+ *   OOBX_ERR_MISMATCH. */
+#define OOBX_COLL_SLOT_MASK 0xfffffff000000000ull
+#define OOBX_COLL_GROUP_MASK 0xfffffc0000000000ull
+#define OOBX_COLL_CALL_MASK 0xfffffc00ffff0000ull /* group id and number: one call */
+static inline uint64_t oobx__coll_tag(uint64_t gid, unsigned step, unsigned op, uint32_t seq, int root)
+{
+    return ((gid & 0x3fffffull) << 42) | ((uint64_t)(step & 0x3fu) << 36) | ((uint64_t)(op & 0xfu) << 32) |
+           ((uint64_t)(seq & 0xffffu) << 16) | ((uint64_t)root & 0xffffu);
+}
+#define OOBX_COLL_TAG_OP(t) ((unsigned)((t) >> 32) & 0xfu)
+#define OOBX_COLL_TAG_SEQ(t) ((unsigned)((t) >> 16) & 0xffffu)
+#define OOBX_COLL_TAG_ROOT(t) ((unsigned)(t) & 0xffffu)
+#define OOBX_COLL_TAG_GID(t) ((t) >> 42)
+
+/* What a collective message belongs to: part of its tag's signature. */
+enum {
+    COLL_OP_ALLGATHER_RING = 1,
+    COLL_OP_ALLGATHER_BRUCK = 2,
+    COLL_OP_ALLGATHER_TREE = 3,
+    COLL_OP_BARRIER = 4,
+    COLL_OP_BARRIER_TREE = 5,
+    COLL_OP_BCAST = 6,
+    COLL_OP_ALLGATHERV = 7,
+    COLL_OP_NODE_ALLGATHER = 8,
+};
+const char *oobx__coll_op_name(unsigned op);
+/* "broadcast from group rank 3, call 17 on the communicator" */
+void oobx__coll_describe(uint64_t tag, char *buf, size_t len);
 
 typedef struct oobx_ux {
     int is_ux; /* OOBX_REC_UX */
@@ -121,6 +163,12 @@ typedef struct oobx_ep {
     } ping_due[OOBX_PROBE_MAX]; /* probes to answer (answered outside progress) */
     int nping_due;
     char probe_text[800];    /* what the last timed-out wait found, for oobx__ep_wait_error */
+    /* the collective each (context, group) is in or made last: its tag at step 0 */
+    struct {
+        uint64_t ctx, tag;
+    } calls[OOBX_PROBE_MAX];
+    int calls_next;
+    size_t ncoll_ux;         /* collective messages that came before their receive */
 } oobx_ep_t;
 
 /* What a caller above the endpoint shows of itself. Ranks in calls through a
@@ -145,6 +193,9 @@ static inline int oobx__ep_view_rank(const oobx__ep_view_t *v, int r)
 
 int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t **out);
 void oobx__ep_release(oobx_ep_t *ep);
+/* A collective call begins (tag: its tag at step 0): messages already here
+ * for the same call number with another signature fail the communicator. */
+void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag);
 /* The failure that fails every call of view v (a rank of v failed, and
  * OOBX_FAILURE=job): its text, or NULL. Any thread, lock or not. */
 const char *oobx__ep_view_failure(const oobx__ep_view_t *v);

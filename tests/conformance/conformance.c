@@ -827,6 +827,52 @@ static int rank_size_mismatch(harness_rank_t *r)
     return 0;
 }
 
+/* Ranks that disagree on the call itself. p.count 0: the even ranks
+ * broadcast from rank 0, the odd ones from rank 1; 1: rank 0 calls a
+ * barrier where the others allgather. No rank returns OOBX_SUCCESS with data
+ * its own call does not promise, and on every rank the call or one of the
+ * barriers after it returns OOBX_ERR_MISMATCH saying that the ranks
+ * disagree, well before the timeout. */
+static int rank_call_mismatch(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_barrier(c));
+    double t0 = harness_now();
+    int rc;
+    if (p->count == 0) {
+        int root = r->rank % 2;
+        uint64_t v = r->rank == root ? 1000u + (unsigned)root : 0;
+        rc = oobx_bcast(c, root, &v, sizeof v);
+        if (rc == OOBX_SUCCESS && v != 1000u + (unsigned)root)
+            H_FAIL(r, "oobx_bcast from rank %d succeeded with %llu, not rank %d's value", root,
+                   (unsigned long long)v, root);
+    } else if (r->rank == 0) {
+        rc = oobx_barrier(c);
+        if (rc == OOBX_SUCCESS) H_FAIL(r, "oobx_barrier succeeded although the others called oobx_allgather");
+    } else {
+        unsigned char *buf = xmalloc(r, (size_t)r->nranks * 8);
+        memset(buf, 0, (size_t)r->nranks * 8);
+        rc = oobx_allgather(c, buf, 8);
+        free(buf);
+        if (rc == OOBX_SUCCESS) H_FAIL(r, "oobx_allgather succeeded although rank 0 called oobx_barrier");
+    }
+    /* a rank that saw nothing amiss hears of it from those that did */
+    for (int k = 0; rc == OOBX_SUCCESS && k < 50; k++) rc = oobx_barrier(c);
+    double dt = harness_now() - t0;
+    if (rc != OOBX_ERR_MISMATCH)
+        H_FAIL(r, "got %s after %.2f s, want OOBX_ERR_MISMATCH: %s", oobx_error_name(rc), dt, oobx_last_error());
+    if (dt > r->cfg.timeout_ms / 2000.0)
+        H_FAIL(r, "the mismatch took %.2f s to be seen (timeout %d ms): %s", dt, r->cfg.timeout_ms, oobx_last_error());
+    if (!strstr(oobx_last_error(), "disagree"))
+        H_FAIL(r, "the error does not say that the ranks disagree: %s", oobx_last_error());
+    rc = oobx_barrier(c);
+    if (rc != OOBX_ERR_MISMATCH) H_FAIL(r, "a barrier after the mismatch returned %s", oobx_error_name(rc));
+    sleep_ms(500); /* as in rank_size_mismatch */
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
 /* Invalid groups fail at once, on the calling rank alone, and leave the
  * communicator usable. */
 static int rank_bad_groups(harness_rank_t *r)
@@ -1057,6 +1103,15 @@ static void build_cases(conf_suite_t *s)
     c = add_case(s, "allgather_size_mismatch_ring_n5", rank_size_mismatch, 5, 2);
     c->job.call_timeout_ms = 10000;
     c->env[0] = "OOBX_ALLGATHER_ALGO=ring";
+    c = add_case(s, "bcast_root_mismatch_n4", rank_call_mismatch, 4, 1);
+    c->job.call_timeout_ms = 10000;
+    c->p.count = 0;
+    c = add_case(s, "bcast_root_mismatch_n7", rank_call_mismatch, 7, 2);
+    c->job.call_timeout_ms = 10000;
+    c->p.count = 0;
+    c = add_case(s, "barrier_vs_allgather_n5", rank_call_mismatch, 5, 1);
+    c->job.call_timeout_ms = 10000;
+    c->p.count = 1;
     c = add_case(s, "bad_groups_n3", rank_bad_groups, 3, 1);
     c = add_case(s, "init_destroy_cycles_n4", rank_cycles, 4, 1);
     c->p.count = sc == 0 ? 10 : sc == 1 ? 30 : 300;
