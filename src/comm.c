@@ -26,7 +26,7 @@
 static void node_tell_failure(struct oobx_comm *c)
 {
     const char *f = c->node.seg ? oobx__ep_view_failure(&c->v) : NULL;
-    if (f) oobx__node_ag_done(c->node.seg, 0, c->v.ep->fail_status, f);
+    if (f) oobx__node_ag_done(c->node.seg, 0, oobx__ep_view_status(&c->v), f);
 }
 
 int oobx__comm_check(struct oobx_comm *c, const char *fn)
@@ -39,7 +39,7 @@ int oobx__comm_check(struct oobx_comm *c, const char *fn)
     const char *f = c->v.ep ? oobx__ep_view_failure(&c->v) : NULL;
     if (f) {
         node_tell_failure(c);
-        return oobx__fail(&c->log, c->v.ep->fail_status, "%s: rank %d: %s", fn, c->v.rank, f);
+        return oobx__fail(&c->log, oobx__ep_view_status(&c->v), "%s: rank %d: %s", fn, c->v.rank, f);
     }
     return 0;
 }
@@ -396,7 +396,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
         if (r->status) {
             oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
             const char *why = oobx__ep_failed_what(c->v.ep, lr->prev);
-            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? c->v.ep->fail_status : r->status, "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
+            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? oobx__ep_view_status(&c->v) : r->status, "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
                             rank, who, why ? why : oobx_strerror(r->status),
                             r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
             break;
@@ -422,7 +422,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
         if (sreqs[i].tp.status) {
             oobx__ep_peer_name(&c->v, lr->next, who, sizeof(who));
             const char *why = oobx__ep_failed_what(c->v.ep, lr->next);
-            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? c->v.ep->fail_status : sreqs[i].tp.status, "rank %d, leader of its host's ranks: the next leader, %s: %s",
+            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? oobx__ep_view_status(&c->v) : sreqs[i].tp.status, "rank %d, leader of its host's ranks: the next leader, %s: %s",
                             rank, who, why ? why : oobx_strerror(sreqs[i].tp.status));
         }
     if (adopted || !pair_sent(pending)) {
@@ -493,7 +493,7 @@ static int card_complete(void *arg)
 
 /* Tags of the leaders' rings: group ids no group collective has. */
 #define NODE_TRADE_TAG (0xfffffeull << 40)
-#define NODE_AG_TAG(seq) oobx__coll_tag(0xfffffdull, 0, COLL_OP_NODE_ALLGATHER, (seq), 0)
+#define NODE_AG_TAG(seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 0, COLL_OP_NODE_ALLGATHER, (seq), 0)
 
 static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members)
 {
@@ -582,6 +582,29 @@ static int node_allgather_fits(const struct oobx_comm *c, size_t bpr)
            (size_t)c->v.nranks * bpr <= oobx__node_data_bytes(c->node.seg);
 }
 
+/* The cancel's poll while a rank waits in the host's shared memory: the
+ * endpoint answers probes, takes in what arrives (a disagreeing call's
+ * messages included) and passes notices on; a failure of the communicator
+ * ends the wait. Without blocking: another thread may hold the endpoint. */
+static int node_poll(void *arg, char *why, size_t len)
+{
+    struct oobx_comm *c = arg;
+    oobx_ep_t *ep = c->v.ep;
+    if (pthread_mutex_trylock(&ep->lock) != 0) return 0;
+    if (!ep->poller) {
+        ep->ops->progress(ep->tp);
+        oobx__ep_spread(ep);
+    }
+    const char *f = oobx__ep_view_failure(&c->v);
+    int st = f ? oobx__ep_view_status(&c->v) : 0;
+    if (f) {
+        snprintf(why, len, "%s", f);
+        node_tell_failure(c);
+    }
+    pthread_mutex_unlock(&ep->lock);
+    return st;
+}
+
 /* Within a host through the shared buffer, across hosts among the leaders. */
 static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
 {
@@ -590,6 +613,11 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
     pthread_mutex_lock(&c->v.ep->lock);
     uint32_t u = c->node.uses++;
     uint32_t seq = c->coll_seq++;
+    /* the call on the communicator's count: a rank that makes another call
+     * under its number and sends is found out (ep.h) */
+    oobx__ep_coll_begin(&c->v, oobx__coll_tag(0, 0, COLL_OP_NODE_ALLGATHER, seq, 0));
+    c->node.cancel.poll = node_poll;
+    c->node.cancel.poll_arg = c;
     pthread_mutex_unlock(&c->v.ep->lock);
     int b = (int)(u & 1);
     uint32_t k = u >> 1;
@@ -1133,13 +1161,10 @@ static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int
     free(seen);
     if (me < 0)
         return oobx__fail(&c->log, OOBX_ERR_INVALID, "%s: rank %d is not in the group it was called with", fn, c->v.rank);
-    uint64_t gid = oobx__hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0xffffffull;
-    if (gid == 0) gid = 1;
-    g->n = n;
-    g->me = me;
-    g->members = ranks;
-    g->gid = gid;
-    g->seq = group_seq(c, gid);
+    /* as wide as a collective tag holds it (ep.h); 0 is the whole communicator */
+    uint64_t gid = oobx__hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0x3fffffull;
+    if (gid == 0 || gid == OOBX_COLL_GID_LEADERS) gid = 1;
+    *g = (coll_group_t){.n = n, .me = me, .members = ranks, .gid = gid, .seq = group_seq(c, gid)};
     return 0;
 }
 
@@ -1233,6 +1258,12 @@ static int split_cmp(const void *a, const void *b)
     return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
+/* The context of split number split_no's child of colour color. */
+static uint64_t split_ctx(uint64_t parent, uint32_t split_no, int color)
+{
+    return oobx__mix64(oobx__mix64(parent, split_no + 1ull), (uint64_t)(uint32_t)color);
+}
+
 int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
 {
     struct oobx_comm *c = parent;
@@ -1269,7 +1300,7 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
             k->v.user_abort = c->v.user_abort;
             k->v.ep_rank = k->ep_rank;
             k->v.rank_note = " of the parent";
-            k->v.ctx = oobx__mix64(oobx__mix64(c->v.ctx, split_no + 1ull), (uint64_t)(uint32_t)color);
+            k->v.ctx = split_ctx(c->v.ctx, split_no, color);
             snprintf(k->transport, sizeof(k->transport), "%s", c->transport);
             char prefix[96];
             snprintf(prefix, sizeof(prefix), "rank %d/%d (split %u color %d of rank %d)", k->v.rank, n, split_no, color,
@@ -1277,6 +1308,10 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
             oobx__log_open(&k->log, &c->settings, prefix);
         }
     }
+    /* members whose split succeeded may wait on this rank in the child:
+     * their probe hears that it never joined, and why */
+    if (rc != 0 && color >= 0)
+        oobx__ep_ctx_gone(c->v.ep, split_ctx(c->v.ctx, split_no, color), oobx_last_error());
     pthread_mutex_unlock(&c->v.ep->lock);
     free(all);
     free(mine);

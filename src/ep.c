@@ -122,12 +122,15 @@ static void rreq_complete(oobx_rreq_t *r, size_t len, int status)
  * afterwards are its leaving, not a failure. FAIL: u32 failed rank, i32
  * status, then the text (at most CTRL_TEXT_MAX bytes): a rank failed; the
  * receiver fails the communicators that contain it and passes the notice
- * on. PING: u32 probe id: a rank whose wait timed out asks whether this
- * rank still answers. PONG: u32 probe id, u32 n, then n u32 endpoint ranks
- * (at most OOBX_PROBE_MAX): the answer, with the ranks this one waits on.
- * They travel on the job's own links, whose hellos carry the communicator's
- * magic. */
-enum { CTRL_BYE = 1, CTRL_FAIL = 2, CTRL_PING = 3, CTRL_PONG = 4 };
+ * on. PING: u32 probe id, u64 context: a rank whose wait timed out (or
+ * that saw another communicator fail) asks whether this rank still answers.
+ * PONG: u32 probe id, u32 n, n u32 endpoint ranks (at most
+ * OOBX_PROBE_MAX), u32 length, text: the answer, with the ranks this one
+ * waits on, and (length > 0) why it will never join the prober's context.
+ * CTXFAIL: u64 context, text: that context failed without a member failing
+ * (a member never joined it). They travel on the job's own links, whose
+ * hellos carry the communicator's magic. */
+enum { CTRL_BYE = 1, CTRL_FAIL = 2, CTRL_PING = 3, CTRL_PONG = 4, CTRL_CTXFAIL = 5 };
 #define CTRL_TEXT_MAX 600
 #define CTRL_FAIL_HDR 8
 
@@ -182,6 +185,54 @@ void oobx__ep_view_peer_lost(const oobx__ep_view_t *v, int peer, const char *who
     oobx__ep_peer_lost(v->ep, r, how);
 }
 
+/* A PONG: id, n <= OOBX_PROBE_MAX, n ranks, a text length that fits, the text. */
+static int pong_well_formed(const unsigned char *d, size_t len)
+{
+    if (len < 12) return 0;
+    uint32_t n = oobx__get_u32(d + 4);
+    if (n > OOBX_PROBE_MAX || len < 12 + 4 * (size_t)n) return 0;
+    uint32_t tl = oobx__get_u32(d + 8 + 4 * n);
+    return tl < OOBX_CTX_TEXT && len == 12 + 4 * (size_t)n + tl;
+}
+
+/* Copies a peer's text of n bytes (n < OOBX_CTX_TEXT), printable, terminated. */
+static void ctrl_text(char *out, const unsigned char *in, size_t n)
+{
+    memcpy(out, in, n);
+    out[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)out[i] < 0x20) out[i] = ' ';
+}
+
+static const char *ctx_lookup(const oobx_ep_t *ep, uint64_t ctx, int failed)
+{
+    for (int k = 0; k < OOBX_PROBE_MAX; k++) {
+        const char *t = failed ? ep->ctx_failed[k].text : ep->gone[k].text;
+        uint64_t c = failed ? ep->ctx_failed[k].ctx : ep->gone[k].ctx;
+        if (t[0] && c == ctx) return t;
+    }
+    return NULL;
+}
+
+/* Context ctx failed without a member failing (the first reason only). */
+static void ctx_fail_record(oobx_ep_t *ep, uint64_t ctx, const char *text)
+{
+    if (!ep->fail_job || ep->closing || ctx_lookup(ep, ctx, 1)) return;
+    int k = ep->ctx_failed_next;
+    ep->ctx_failed_next = (k + 1) % OOBX_PROBE_MAX;
+    ep->ctx_failed[k].ctx = ctx;
+    snprintf(ep->ctx_failed[k].text, sizeof(ep->ctx_failed[k].text), "%s", text);
+    OOBX_DEBUG(ep->log, "rank %d: a communicator failed: %s", ep->rank, text);
+}
+
+void oobx__ep_ctx_gone(oobx_ep_t *ep, uint64_t ctx, const char *why)
+{
+    int k = ep->gone_next;
+    ep->gone_next = (k + 1) % OOBX_PROBE_MAX;
+    ep->gone[k].ctx = ctx;
+    snprintf(ep->gone[k].text, sizeof(ep->gone[k].text), "%s", why && *why ? why : "its oobx_comm_split failed");
+}
+
 static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
 {
     if (m->src < 0 || m->src >= ep->nranks) return;
@@ -202,23 +253,29 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
             if ((unsigned char)text[i] < 0x20) text[i] = ' ';
         int32_t st = (int32_t)oobx__get_u32(m->data + 4);
         fail_record(ep, (int)r, st == OOBX_ERR_MISMATCH ? OOBX_ERR_MISMATCH : OOBX_ERR_REMOTE, text);
-    } else if (m->tag == CTRL_PING && m->len == 4) {
+    } else if (m->tag == CTRL_PING && m->len == 12) {
         if (ep->nping_due < OOBX_PROBE_MAX) {
             ep->ping_due[ep->nping_due].to = m->src;
             ep->ping_due[ep->nping_due].id = oobx__get_u32(m->data);
+            ep->ping_due[ep->nping_due].ctx = oobx__get_u64(m->data + 4);
             ep->nping_due++;
         }
-    } else if (m->tag == CTRL_PONG && m->len >= 8 && m->len == 8 + 4 * (size_t)oobx__get_u32(m->data + 4) &&
-               oobx__get_u32(m->data + 4) <= OOBX_PROBE_MAX) {
+    } else if (m->tag == CTRL_PONG && pong_well_formed(m->data, m->len)) {
+        uint32_t n = oobx__get_u32(m->data + 4);
         int k = ep->pong_next;
         ep->pong_next = (k + 1) % OOBX_PROBE_MAX;
         ep->pong[k].id = oobx__get_u32(m->data);
         ep->pong[k].from = m->src;
         ep->pong[k].n = 0;
-        for (uint32_t i = 0; i < oobx__get_u32(m->data + 4); i++) {
+        for (uint32_t i = 0; i < n; i++) {
             uint32_t w = oobx__get_u32(m->data + 8 + 4 * i);
             if (w < (uint32_t)ep->nranks) ep->pong[k].waits[ep->pong[k].n++] = (int)w;
         }
+        ctrl_text(ep->pong[k].gone, m->data + 12 + 4 * n, oobx__get_u32(m->data + 8 + 4 * n));
+    } else if (m->tag == CTRL_CTXFAIL && m->len > 8 && m->len <= 8 + OOBX_CTX_TEXT - 1) {
+        char text[OOBX_CTX_TEXT];
+        ctrl_text(text, m->data + 8, m->len - 8);
+        ctx_fail_record(ep, oobx__get_u64(m->data), text);
     } else {
         OOBX_WARN(ep->log, "rank %d: rank %d sent a control message of kind %llu and %zu bytes; dropped", ep->rank,
                   m->src, (unsigned long long)m->tag, m->len);
@@ -282,12 +339,18 @@ static void answer_pings(oobx_ep_t *ep)
 {
     int waits[OOBX_PROBE_MAX];
     int nw = posted_sources(ep, 0, 1, waits, OOBX_PROBE_MAX);
-    unsigned char msg[8 + 4 * OOBX_PROBE_MAX];
+    unsigned char msg[12 + 4 * OOBX_PROBE_MAX + OOBX_CTX_TEXT];
     oobx__put_u32(msg + 4, (uint32_t)nw);
     for (int i = 0; i < nw; i++) oobx__put_u32(msg + 8 + 4 * i, (uint32_t)waits[i]);
+    size_t at = 8 + 4 * (size_t)nw;
     for (int i = 0; i < ep->nping_due; i++) {
         oobx__put_u32(msg, ep->ping_due[i].id);
-        ctrl_send(ep, ep->ping_due[i].to, CTRL_PONG, msg, 8 + 4 * (size_t)nw, "probe answer");
+        const char *gone = ctx_lookup(ep, ep->ping_due[i].ctx, 0);
+        size_t tl = gone ? strlen(gone) : 0;
+        if (tl >= OOBX_CTX_TEXT) tl = OOBX_CTX_TEXT - 1;
+        oobx__put_u32(msg + at, (uint32_t)tl);
+        if (tl) memcpy(msg + at + 4, gone, tl);
+        ctrl_send(ep, ep->ping_due[i].to, CTRL_PONG, msg, at + 4 + tl, "probe answer");
     }
     ep->nping_due = 0;
 }
@@ -326,16 +389,30 @@ int oobx__ep_ring(oobx_ep_t *ep, int prev, int next)
     return rc;
 }
 
-const char *oobx__ep_view_failure(const oobx__ep_view_t *v)
+/* The endpoint's failure, where it concerns the view. */
+static const char *view_member_failure(const oobx__ep_view_t *v)
 {
     oobx_ep_t *ep = v->ep;
-    if (!ep) return NULL;
     int r = atomic_load(&ep->fail_rank);
     if (r < 0) return NULL;
     if (!v->ep_rank) return ep->fail_text;
     for (int i = 0; i < v->nranks; i++)
         if (v->ep_rank[i] == r) return ep->fail_text;
     return NULL;
+}
+
+const char *oobx__ep_view_failure(const oobx__ep_view_t *v)
+{
+    if (!v->ep) return NULL;
+    const char *f = view_member_failure(v);
+    return f ? f : ctx_lookup(v->ep, v->ctx, 1);
+}
+
+int oobx__ep_view_status(const oobx__ep_view_t *v)
+{
+    if (!v->ep) return 0;
+    if (view_member_failure(v)) return v->ep->fail_status;
+    return ctx_lookup(v->ep, v->ctx, 1) ? OOBX_ERR_REMOTE : 0;
 }
 
 /* ---- collective signatures (ep.h) ---- */
@@ -1056,11 +1133,20 @@ int oobx__ep_wait_error(const oobx__ep_view_t *v, int rc, const char *fmt, ...)
  * is named as alive, with the ranks it waits on, and the wait lingers a
  * little longer for the notice of whoever finds the real culprit. */
 typedef struct probe {
-    int phase; /* 0: none, 1: asked, 2: all answered, lingering */
+    int phase; /* PROBE_* */
     int n;
     int to[OOBX_PROBE_MAX]; /* endpoint ranks */
     uint32_t id;
+    uint64_t deadline_ns;   /* the wait's own, while an early probe runs */
 } probe_t;
+enum {
+    PROBE_NONE,
+    PROBE_ASKED,     /* at the deadline: the window runs */
+    PROBE_LINGER,    /* all answered: a little longer for the culprit's notice */
+    PROBE_EARLY,     /* another communicator failed: asked whether ours still holds */
+    PROBE_EARLY_DONE /* it does: the wait goes on to its own deadline */
+};
+enum { PROBE_ALL_ANSWERED, PROBE_SILENT, PROBE_NEVER_JOINED };
 
 static int probe_window_ms(const oobx__ep_view_t *v)
 {
@@ -1094,11 +1180,45 @@ static int probe_start(const oobx__ep_view_t *v, probe_t *p)
         if (!ep->failed[srcs[i]] && !ep->departed[srcs[i]] && srcs[i] != ep->rank) p->to[p->n++] = srcs[i];
     if (!p->n) return 0;
     p->id = ++ep->probe_seq;
-    unsigned char msg[4];
+    unsigned char msg[12];
     oobx__put_u32(msg, p->id);
+    oobx__put_u64(msg + 4, v->ctx);
     for (int i = 0; i < p->n; i++) ctrl_send(ep, p->to[i], CTRL_PING, msg, sizeof(msg), "probe");
-    p->phase = 1;
     return 1;
+}
+
+/* A rank waited on answered that it never joined this communicator: the
+ * communicator fails, and every member hears it (CTXFAIL). */
+static void never_joined(const oobx__ep_view_t *v, int r, const char *why)
+{
+    oobx_ep_t *ep = v->ep;
+    char who[160], text[OOBX_CTX_TEXT];
+    oobx__ep_peer_name(v, view_rank_of(v, r), who, sizeof(who));
+    snprintf(text, sizeof(text), "%s is not in this communicator (seen by rank %d): %s", who, v->rank, why);
+    if (!ep->fail_job || ctx_lookup(ep, v->ctx, 1)) return;
+    ctx_fail_record(ep, v->ctx, text);
+    unsigned char msg[8 + OOBX_CTX_TEXT];
+    size_t tl = strlen(text);
+    oobx__put_u64(msg, v->ctx);
+    memcpy(msg + 8, text, tl);
+    for (int i = 0; i < v->nranks; i++) {
+        int t = oobx__ep_view_rank(v, i);
+        if (t != ep->rank && t != r && !ep->failed[t] && !ep->departed[t])
+            ctrl_send(ep, t, CTRL_CTXFAIL, msg, 8 + tl, "communicator failure notice");
+    }
+}
+
+/* An early probe's answers: one that never joined fails the communicator. */
+static int probe_early_finish(const oobx__ep_view_t *v, const probe_t *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        int k = pong_of(v->ep, p->id, p->to[i]);
+        if (k >= 0 && v->ep->pong[k].gone[0]) {
+            never_joined(v, p->to[i], v->ep->pong[k].gone);
+            return PROBE_NEVER_JOINED;
+        }
+    }
+    return PROBE_ALL_ANSWERED;
 }
 
 static int probe_all_answered(const oobx_ep_t *ep, const probe_t *p)
@@ -1130,6 +1250,10 @@ static int probe_finish(const oobx__ep_view_t *v, probe_t *p, uint64_t waited_ns
         char who[160];
         oobx__ep_peer_name(v, view_rank_of(v, p->to[i]) >= 0 ? view_rank_of(v, p->to[i]) : -1, who, sizeof(who));
         int k = pong_of(ep, p->id, p->to[i]);
+        if (k >= 0 && ep->pong[k].gone[0]) {
+            never_joined(v, p->to[i], ep->pong[k].gone);
+            return PROBE_NEVER_JOINED;
+        }
         if (k < 0) {
             if (silent < 0) silent = i;
             at += (size_t)snprintf(t + at, len - at, "; still waiting on %s, which did not answer a probe within %d ms "
@@ -1143,7 +1267,7 @@ static int probe_finish(const oobx__ep_view_t *v, probe_t *p, uint64_t waited_ns
         }
         if (at < len) at += (size_t)snprintf(t + at, len - at, ")");
     }
-    if (silent < 0) return 0;
+    if (silent < 0) return PROBE_ALL_ANSWERED;
     char who[160], text[CTRL_TEXT_MAX];
     int vr = view_rank_of(v, p->to[silent]);
     oobx__ep_peer_name(v, vr, who, sizeof(who));
@@ -1152,15 +1276,14 @@ static int probe_finish(const oobx__ep_view_t *v, probe_t *p, uint64_t waited_ns
              "stopped, hung or not in an oobx call)",
              who, ep->rank, waited_ns / 1e6, g);
     oobx__ep_fail(ep, p->to[silent], OOBX_ERR_REMOTE, text);
-    return 1;
+    return PROBE_SILENT;
 }
 
 static int cancel_check(const oobx__ep_view_t *v)
 {
     if (atomic_load(v->aborted)) return OOBX_ERR_ABORTED;
     if (v->user_abort && *v->user_abort) return OOBX_ERR_ABORTED;
-    if (oobx__ep_view_failure(v)) return v->ep->fail_status;
-    return 0;
+    return oobx__ep_view_status(v);
 }
 
 int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns)
@@ -1169,27 +1292,49 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
     oobx_tp_t *tp = ep->tp;
     if (v->deadline_ns && v->deadline_ns < deadline_ns) deadline_ns = v->deadline_ns;
     uint64_t t0 = oobx__now_ns();
-    probe_t probe = {.phase = 0};
+    probe_t probe = {.phase = PROBE_NONE};
     ep->probe_text[0] = '\0';
     for (;;) {
         if (done(arg)) return 0;
         int rc = cancel_check(v);
         if (rc) return rc;
-        if (probe.phase == 1 && probe_all_answered(ep, &probe)) {
-            probe_finish(v, &probe, oobx__now_ns() - t0);
-            probe.phase = 2;
+        /* another communicator on this endpoint failed (a parent, a
+         * sibling): ask the ranks this wait needs whether ours still holds
+         * (a split that failed on some of its members made it) */
+        if (probe.phase == PROBE_NONE && atomic_load(&ep->fail_rank) >= 0 && !v->deadline_ns &&
+            probe_start(v, &probe)) {
+            probe.phase = PROBE_EARLY;
+            probe.deadline_ns = deadline_ns;
+            deadline_ns = oobx__deadline(probe_window_ms(v));
+            if (deadline_ns > probe.deadline_ns) deadline_ns = probe.deadline_ns;
+        }
+        if (probe.phase == PROBE_EARLY &&
+            (probe_all_answered(ep, &probe) || (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns))) {
+            if (probe_early_finish(v, &probe) == PROBE_NEVER_JOINED) continue; /* cancel_check says it */
+            probe.phase = PROBE_EARLY_DONE;
+            deadline_ns = probe.deadline_ns;
+        }
+        if (probe.phase == PROBE_ASKED && probe_all_answered(ep, &probe)) {
+            if (probe_finish(v, &probe, oobx__now_ns() - t0) == PROBE_NEVER_JOINED) continue;
+            probe.phase = PROBE_LINGER;
             deadline_ns = oobx__deadline(2 * probe_window_ms(v));
         }
         if (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns) {
             /* an init's budget is its own: no probes past it */
-            if (probe.phase == 0 && !v->deadline_ns && probe_start(v, &probe)) {
+            if ((probe.phase == PROBE_NONE || probe.phase == PROBE_EARLY_DONE) && !v->deadline_ns &&
+                probe_start(v, &probe)) {
+                probe.phase = PROBE_ASKED;
                 deadline_ns = oobx__deadline(probe_window_ms(v));
                 continue;
             }
-            if (probe.phase == 1 && !probe_finish(v, &probe, oobx__now_ns() - t0)) {
-                probe.phase = 2;
-                deadline_ns = oobx__deadline(2 * probe_window_ms(v));
-                continue;
+            if (probe.phase == PROBE_ASKED) {
+                int found = probe_finish(v, &probe, oobx__now_ns() - t0);
+                if (found == PROBE_NEVER_JOINED) continue;
+                if (found == PROBE_ALL_ANSWERED) {
+                    probe.phase = PROBE_LINGER;
+                    deadline_ns = oobx__deadline(2 * probe_window_ms(v));
+                    continue;
+                }
             }
             return OOBX_ERR_TIMEOUT;
         }

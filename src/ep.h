@@ -63,6 +63,7 @@ static inline uint64_t oobx__coll_tag(uint64_t gid, unsigned step, unsigned op, 
 #define OOBX_COLL_TAG_SEQ(t) ((unsigned)((t) >> 16) & 0xffffu)
 #define OOBX_COLL_TAG_ROOT(t) ((unsigned)(t) & 0xffffu)
 #define OOBX_COLL_TAG_GID(t) ((t) >> 42)
+#define OOBX_COLL_GID_LEADERS 0x3fffffull /* the hosts' leaders' ring (node-aware allgather); groups hash to others */
 
 /* What a collective message belongs to: part of its tag's signature. */
 enum {
@@ -92,6 +93,7 @@ typedef struct oobx_ux {
 typedef struct oobx_mq oobx_mq_t;
 
 #define OOBX_PROBE_MAX 8 /* ranks one probe asks, and ranks one answer names */
+#define OOBX_CTX_TEXT 600 /* why a context failed, as sent */
 
 typedef struct oobx_sreq {
     oobx_tp_req_t tp;
@@ -155,13 +157,22 @@ typedef struct oobx_ep {
         uint32_t id;
         int from, n;
         int waits[OOBX_PROBE_MAX];
+        char gone[OOBX_CTX_TEXT]; /* nonempty: the prober's communicator is one it never joined, and why */
     } pong[OOBX_PROBE_MAX];  /* the last answers heard, round robin */
     int pong_next;
     struct {
         int to;
         uint32_t id;
+        uint64_t ctx;
     } ping_due[OOBX_PROBE_MAX]; /* probes to answer (answered outside progress) */
     int nping_due;
+    /* contexts this rank will never join (its oobx_comm_split failed), and
+     * contexts that failed without a member failing (a member never joined) */
+    struct {
+        uint64_t ctx;
+        char text[OOBX_CTX_TEXT];
+    } gone[OOBX_PROBE_MAX], ctx_failed[OOBX_PROBE_MAX];
+    int gone_next, ctx_failed_next;
     char probe_text[800];    /* what the last timed-out wait found, for oobx__ep_wait_error */
     /* the collective each (context, group) is in or made last: its tag at step 0 */
     struct {
@@ -196,6 +207,11 @@ void oobx__ep_release(oobx_ep_t *ep);
 /* A collective call begins (tag: its tag at step 0): messages already here
  * for the same call number with another signature fail the communicator. */
 void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag);
+/* This rank will never join context ctx (why: the failed split's error):
+ * ranks that wait on it there are told so when they probe it. */
+void oobx__ep_ctx_gone(oobx_ep_t *ep, uint64_t ctx, const char *why);
+/* The code of the view's failure (OOBX_ERR_REMOTE or OOBX_ERR_MISMATCH), 0: none. */
+int oobx__ep_view_status(const oobx__ep_view_t *v);
 /* The failure that fails every call of view v (a rank of v failed, and
  * OOBX_FAILURE=job): its text, or NULL. Any thread, lock or not. */
 const char *oobx__ep_view_failure(const oobx__ep_view_t *v);

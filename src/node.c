@@ -588,6 +588,10 @@ static int ag_wait(const oobx__node_t *n, uint32_t *word, uint32_t want, const c
                                       n->p.rank, __atomic_load_n(&m->rank, __ATOMIC_RELAXED), pid, what);
             }
         }
+        const oobx_cancel_t *cc = n->p.cancel;
+        char why[700];
+        if (cc && cc->poll && (rc = cc->poll(cc->poll_arg, why, sizeof(why))) != 0)
+            return oobx__fail(n->p.log, rc, "rank %d: %s: %s", n->p.rank, what, why);
         rc = cancelled(n);
         if (rc) {
             char late[400] = "";

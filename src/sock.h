@@ -20,6 +20,11 @@ typedef struct oobx_cancel {
     uint64_t deadline_ns;             /* UINT64_MAX: none */
     const volatile uint32_t *user_abort; /* oobx_config_t.abort_flag, may be NULL */
     const atomic_int *aborted;        /* oobx_comm_abort(), may be NULL */
+    /* may be NULL: called at each slice of a wait outside the endpoint (the
+     * host's shared memory), so that the endpoint keeps answering; nonzero:
+     * the communicator failed, why says how */
+    int (*poll)(void *arg, char *why, size_t len);
+    void *poll_arg;
 } oobx_cancel_t;
 
 /* OOBX_ERR_ABORTED when either flag is set, else 0. */

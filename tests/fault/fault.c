@@ -259,6 +259,78 @@ static int rank_killed_in_barriers(harness_rank_t *r)
     H_FAIL(r, "a million barriers without the fault");
 }
 
+/* A loop of 4 KiB broadcasts from every root in turn; the victim dies in it. */
+static int rank_killed_in_bcasts(harness_rank_t *r)
+{
+    fault_ctl_t *ctl = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_barrier(c));
+    unsigned char buf[4096];
+    ctl->ready[r->rank] = 1;
+    for (int k = 0; k < 1000000; k++) {
+        int root = k % r->nranks;
+        if (r->rank == root) harness_fill(buf, sizeof buf, root, (unsigned)k);
+        double t0 = harness_now();
+        int rc = oobx_bcast(c, root, buf, sizeof buf);
+        if (rc == OOBX_SUCCESS) {
+            harness_verify(r, buf, sizeof buf, root, (unsigned)k, "broadcast %d from rank %d", k, root);
+            continue;
+        }
+        if (r->rank == ctl->victim) H_FAIL(r, "the victim's broadcast failed: %s", oobx_last_error());
+        if (ctl->kill_time == 0) H_FAIL(r, "broadcast %d failed before the kill: %s", k, oobx_last_error());
+        judge_survivor(r, ctl, rc, t0, "oobx_bcast");
+        H_OK(r, oobx_comm_destroy(c));
+        return 0;
+    }
+    H_FAIL(r, "a million broadcasts without the fault");
+}
+
+/* A loop of splits (two colours) with a barrier on each child; the victim
+ * dies in it. A child made before the loop that does not contain the
+ * victim still works afterwards: the failure is not its own. */
+static int rank_killed_in_splits(harness_rank_t *r)
+{
+    fault_ctl_t *ctl = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int colour = r->rank % 2;
+    oobx_comm_t keep;
+    H_OK(r, oobx_comm_split(c, colour, r->rank, &keep));
+    H_OK(r, oobx_barrier(c));
+    ctl->ready[r->rank] = 1;
+    for (int k = 0; k < 1000000; k++) {
+        oobx_comm_t child;
+        double t0 = harness_now();
+        int rc = oobx_comm_split(c, colour, r->rank, &child);
+        const char *what = "oobx_comm_split";
+        if (rc == OOBX_SUCCESS) {
+            t0 = harness_now();
+            rc = oobx_barrier(child);
+            what = "oobx_barrier on a child";
+            int drc = oobx_comm_destroy(child);
+            if (rc == OOBX_SUCCESS && drc != OOBX_SUCCESS) H_FAIL(r, "destroying a child: %s", oobx_last_error());
+            if (rc == OOBX_SUCCESS) continue;
+        }
+        if (r->rank == ctl->victim) H_FAIL(r, "the victim's %s failed: %s", what, oobx_last_error());
+        if (ctl->kill_time == 0) H_FAIL(r, "%s %d failed before the kill: %s", what, k, oobx_last_error());
+        judge_survivor(r, ctl, rc, t0, what);
+        if (colour != ctl->victim % 2) {
+            rc = oobx_barrier(keep);
+            if (rc != OOBX_SUCCESS)
+                H_FAIL(r, "a barrier on a child without rank %d failed after its death: %s", ctl->victim,
+                       oobx_last_error());
+        } else {
+            rc = oobx_barrier(keep);
+            if (rc != OOBX_ERR_REMOTE)
+                H_FAIL(r, "a barrier on a child with rank %d returned %s after its death", ctl->victim,
+                       oobx_error_name(rc));
+        }
+        H_OK(r, oobx_comm_destroy(keep));
+        H_OK(r, oobx_comm_destroy(c));
+        return 0;
+    }
+    H_FAIL(r, "a million splits without the fault");
+}
+
 /* Runs a kill test: waits for the ranks to be ready, harms the victim with sig,
  * lets the survivors judge, and checks that one of them named the victim. */
 static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int victim, int phase, int sig,
@@ -417,6 +489,16 @@ static void test_kill_in_barriers(void **state)
     (void)state;
     run_kill_test("kill_in_barriers_n8", rank_killed_in_barriers, 8, 1, 3, FAULT_IN_ALLGATHER, SIGKILL,
                   STRICT_NOTICE);
+}
+static void test_kill_in_bcasts(void **state)
+{
+    (void)state;
+    run_kill_test("kill_in_bcasts_n8", rank_killed_in_bcasts, 8, 1, 6, FAULT_IN_ALLGATHER, SIGKILL, STRICT_NOTICE);
+}
+static void test_kill_in_splits(void **state)
+{
+    (void)state;
+    run_kill_test("kill_in_splits_n8", rank_killed_in_splits, 8, 2, 3, FAULT_IN_ALLGATHER, SIGKILL, STRICT_NOTICE);
 }
 static void test_stop_in_allgather(void **state)
 {
@@ -979,6 +1061,8 @@ int main(void)
         cmocka_unit_test(test_root_follows_ranks_budget),
         cmocka_unit_test(test_kill_blocked_on_live_peer),
         cmocka_unit_test(test_kill_in_barriers),
+        cmocka_unit_test(test_kill_in_bcasts),
+        cmocka_unit_test(test_kill_in_splits),
         cmocka_unit_test(test_stop_in_allgather),
         cmocka_unit_test(test_stop_in_barriers),
         cmocka_unit_test(test_stop_blocked_on_live_peer),
