@@ -467,7 +467,8 @@ int oobx__node_wait_finish(oobx__node_t *n)
                               n->p.leader, text);
         }
         uint32_t lpid = __atomic_load_n(&member(n, 0)->pid, __ATOMIC_ACQUIRE);
-        if (time_to_check(&check_at) && pid_dead(lpid))
+        /* (the state read again: a leader that finished and exited since is not dead to this wait) */
+        if (time_to_check(&check_at) && pid_dead(lpid) && __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) != 1)
             return oobx__fail(n->p.log, OOBX_ERR_REMOTE,
                               "rank %d: rank %d (pid %u), the leader of this host's %d ranks, died during the exchange",
                               n->p.rank, n->p.leader, lpid, n->p.local_size);
@@ -573,19 +574,17 @@ static int ag_wait(const oobx__node_t *n, uint32_t *word, uint32_t want, const c
         if (rc) return rc;
         if (!time_to_check(&check_at)) {
             /* pids are looked at every NODE_CHECK_NS, not at every wake-up */
-        } else if (watch_index >= 0) {
-            node_member_t *m = member(n, watch_index);
-            uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
-            if (pid_dead(pid))
-                return oobx__fail(n->p.log, OOBX_ERR_REMOTE, "rank %d: rank %d (pid %u) on this host died while %s",
-                                  n->p.rank, __atomic_load_n(&m->rank, __ATOMIC_RELAXED), pid, what);
         } else {
-            for (int k = 0; k < n->p.local_size; k++) {
+            /* a rank that did its part and exited since the word was read is
+             * not dead to this wait: the word is read again after its pid */
+            int first = watch_index >= 0 ? watch_index : 0, last = watch_index >= 0 ? watch_index : n->p.local_size - 1;
+            for (int k = first; k <= last; k++) {
                 node_member_t *m = member(n, k);
                 uint32_t pid = __atomic_load_n(&m->pid, __ATOMIC_ACQUIRE);
-                if (pid_dead(pid))
-                    return oobx__fail(n->p.log, OOBX_ERR_REMOTE, "rank %d: rank %d (pid %u) on this host died while %s",
-                                      n->p.rank, __atomic_load_n(&m->rank, __ATOMIC_RELAXED), pid, what);
+                if (!pid_dead(pid)) continue;
+                if ((int32_t)(__atomic_load_n(word, __ATOMIC_ACQUIRE) - want) >= 0) return 0;
+                return oobx__fail(n->p.log, OOBX_ERR_REMOTE, "rank %d: rank %d (pid %u) on this host died while %s",
+                                  n->p.rank, __atomic_load_n(&m->rank, __ATOMIC_RELAXED), pid, what);
             }
         }
         const oobx_cancel_t *cc = n->p.cancel;
