@@ -833,7 +833,6 @@ static int init_common(oobx_comm_t *out, int nranks, int rank, int nids, const r
     pthread_mutex_unlock(&c->v.ep->lock);
     if (rc != 0) goto fail;
     snprintf(c->transport, sizeof(c->transport), "%s", tname);
-    c->v.ep->link_loss_spreads = strcmp(tname, "ucx") != 0;
     uint64_t t_create = oobx__now_ns();
 
     unsigned char blob[OOBX_ADDR_MAX];

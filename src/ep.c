@@ -609,15 +609,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
             /* a link no call ever used (a ring link set up in advance, to a
              * rank that finished and left before its goodbye came) fails the
              * calls that need it, not the communicator */
-            int waited_on = 0; /* a posted receive from it, or a message from it half in */
-            for (size_t b = 0; b < ep->nbuckets && !waited_on; b++)
-                for (oobx_mq_t *q = ep->buckets[b]; q && !waited_on; q = q->next)
-                    if (q->src == peer && q->rq_head) waited_on = 1;
-            for (size_t i = 0; i < ep->ninflight && !waited_on; i++) {
-                const oobx_rreq_t *r = ep->inflight[i];
-                if (r->is_ux == OOBX_REC_RECV && r->src == peer) waited_on = 1;
-            }
-            if (ep->used[peer] && (ep->link_loss_spreads || waited_on)) record_lost(ep, peer, status, what);
+            if (ep->used[peer]) record_lost(ep, peer, status, what);
         }
     }
     /* posted receives from it */
@@ -683,10 +675,16 @@ static int sink_need_peer(void *core, int peer)
     return oobx__ep_know(ep, peer);
 }
 
+static void sink_peer_left(void *core, int peer)
+{
+    oobx_ep_t *ep = core;
+    if (peer >= 0 && peer < ep->nranks) ep->departed[peer] = 1;
+}
+
 oobx_tp_sink_t oobx__ep_sink(oobx_ep_t *ep)
 {
     oobx_tp_sink_t s = {.core = ep, .msg_begin = sink_msg_begin, .msg_end = sink_msg_end,
-                        .peer_failed = sink_peer_failed, .need_peer = sink_need_peer};
+                        .peer_failed = sink_peer_failed, .need_peer = sink_need_peer, .peer_left = sink_peer_left};
     return s;
 }
 
@@ -738,7 +736,6 @@ int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t *
     ep->log = log;
     ep->spin_us = s->spin_us;
     ep->fail_job = strcmp(s->failure, "local") != 0;
-    ep->link_loss_spreads = 1;
     atomic_init(&ep->fail_rank, -1);
     ep->nbuckets = 1024;
     ep->buckets = calloc(ep->nbuckets, sizeof(*ep->buckets));

@@ -144,11 +144,6 @@ typedef struct oobx_ep {
     unsigned char *departed; /* per rank: said goodbye (released its endpoint) */
     unsigned char *talked;   /* per rank: a link to it may exist (sent, heard, ring): goodbyes go there */
     unsigned char *used;     /* per rank: a message of a call went to it or came from it */
-    /* a lost link to a used peer fails the communicator even when no call
-     * waits on that peer; 0 where the transport reports a clean exit the same
-     * way before the goodbye can arrive (UCX's same-host pid watch): then only
-     * a loss that a posted receive or a call sees does */
-    int link_loss_spreads;
     int ready;               /* an init through this endpoint succeeded: goodbyes are worth sending */
     /* Probes: a wait that timed out asks the ranks it still waits on whether
      * they answer (CTRL PING); their PONG lists the ranks they wait on. */

@@ -32,7 +32,7 @@
 #include "log.h"
 #include "settings.h"
 
-#define OOBX_TP_VERSION 3 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer */
+#define OOBX_TP_VERSION 4 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left */
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };
@@ -71,6 +71,10 @@ typedef struct oobx_tp_sink {
      * address (the node-aware path hands out addresses on first use), or
      * returns an error and the transport goes on without it. */
     int (*need_peer)(void *core, int peer);
+    /* The peer released its endpoint in order, as the transport learnt it
+     * its own way (UCX: the same-host departure board): the link's going
+     * down, reported with peer_failed, is its leaving, not a failure. */
+    void (*peer_left)(void *core, int peer);
 } oobx_tp_sink_t;
 
 typedef struct oobx_tp_params {

@@ -51,6 +51,7 @@
  * ucx_wire.c (the parsers of what other processes send).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -59,6 +60,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
@@ -284,6 +287,44 @@ static void ucx_peer_drop(ucx_tp_t *tp, int peer)
     }
 }
 
+/* The departure board of this job on this host (ucx_int.h): one file in
+ * /dev/shm per communicator magic and user, a byte per rank. Every rank maps
+ * it at create (before any rank can leave: init needs all of them); the
+ * first to leave removes the name. Without it (no /dev/shm) a same-host
+ * peer's orderly exit looks like a death when no goodbye could reach. */
+static void ucx_board_open(ucx_tp_t *tp)
+{
+    snprintf(tp->board_path, sizeof(tp->board_path), "/dev/shm/oobx-ucx-%016llx-%u", (unsigned long long)tp->magic,
+             (unsigned)getuid());
+    int fd = open(tp->board_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_uid != getuid() || !S_ISREG(st.st_mode)) {
+        OOBX_DEBUG(tp->log, "ucx: no departure board at %s (%s): a same-host peer's exit after destroy may be "
+                   "taken for a failure", tp->board_path, fd < 0 ? strerror(errno) : "not this user's file");
+        if (fd >= 0) close(fd);
+        return;
+    }
+    size_t len = (size_t)tp->nranks;
+    void *m = MAP_FAILED;
+    if ((size_t)st.st_size >= len || ftruncate(fd, (off_t)len) == 0)
+        m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        OOBX_DEBUG(tp->log, "ucx: cannot map the departure board %s: %s", tp->board_path, strerror(errno));
+        return;
+    }
+    tp->board = m;
+    tp->board_len = len;
+}
+
+static void ucx_board_close(ucx_tp_t *tp)
+{
+    if (!tp->board) return;
+    munmap(tp->board, tp->board_len);
+    tp->board = NULL;
+    unlink(tp->board_path); /* the first to leave; the others find it gone */
+}
+
 /* Peers on this host: a pid that is gone is a dead peer. */
 static void ucx_watch_pids(ucx_tp_t *tp)
 {
@@ -307,8 +348,15 @@ static void ucx_watch_pids(ucx_tp_t *tp)
                 tp->peers[peer].dirty = 0;
                 ucx_peer_drain(tp, peer);
             }
-            if (!p->fail.failed)
+            if (p->fail.failed) continue;
+            if (tp->board && __atomic_load_n(&tp->board[i], __ATOMIC_ACQUIRE)) {
+                /* it left in order: a goodbye that could not come */
+                if (tp->sink.peer_left) tp->sink.peer_left(tp->sink.core, i);
+                ucx_peer_fail(tp, i, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) has exited after releasing its "
+                              "communicator", i, p->host, p->pid);
+            } else {
                 ucx_peer_fail(tp, i, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) has exited", i, p->host, p->pid);
+            }
         }
     }
 }
@@ -497,6 +545,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
         tp->peers[i].tp = tp;
         tp->peers[i].rank = i;
     }
+    ucx_board_open(tp);
 
     int rc = OOBX_ERR_UNAVAILABLE;
     ucp_config_t *cfg = NULL;
@@ -666,6 +715,9 @@ static void ucx_destroy(oobx_tp_t *base)
     if (!base) return;
     ucx_tp_t *tp = (ucx_tp_t *)base;
     tp->destroying = 1;
+    /* before any link goes down: the peers on this host that see this pid
+     * go read that it left */
+    if (tp->board) __atomic_store_n(&tp->board[tp->rank], 1, __ATOMIC_RELEASE);
     if (tp->worker && tp->peers) {
         /* give sends in flight a short bound to finish */
         uint64_t deadline = oobx__deadline(200);
@@ -736,6 +788,7 @@ static void ucx_destroy(oobx_tp_t *base)
     if (tp->rrx.memh) ucp_mem_unmap(tp->ctx, tp->rrx.memh);
     if (tp->my_addr) ucp_worker_release_address(tp->worker, tp->my_addr);
     if (tp->sleep_fd >= 0) close(tp->sleep_fd);
+    ucx_board_close(tp);
     if (tp->worker) ucp_worker_destroy(tp->worker);
     if (tp->ctx) ucp_cleanup(tp->ctx);
     /* what UCX never completed: the worker is gone, so are its requests */

@@ -140,6 +140,13 @@ struct ucx_tp {
     int creating;           /* inside create: UCX's words on its configuration are the user's business */
     int ucx_log_user;       /* UCX_LOG_LEVEL is set: UCX prints as the user asked */
     int tcp_put_off;        /* UCX_TCP_PUT_ENABLE=n set by this transport (see ucx_create) */
+    /* The same-host departure board: a byte per rank, set by a rank as it
+     * releases its transport. A peer on this host is told of a death by its
+     * pid, and a goodbye cannot always reach it (no endpoint to it); the
+     * board tells a rank that left in order from one that died. */
+    unsigned char *board;
+    size_t board_len;
+    char board_path[96];
     ucx_sreq_t *sreq_pool;  /* free send records */
     ucx_rrec_t *rrec_pool;  /* free receive records */
     int nsreq_pool, nrrec_pool;

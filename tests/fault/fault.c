@@ -50,8 +50,6 @@
  * 300 ms) and the spread on an oversubscribed machine */
 #define STRICT_NOTICE ((size_t)-1)
 #define NOTICE_BOUND_S 3.0
-/* bytes argument of run_kill_test: strict, and the victim's predecessor waits on it */
-#define ONE_WAITS_ON_VICTIM ((size_t)-3)
 /* bytes argument of run_kill_test: init must end within one timeout */
 #define INIT_BOUND ((size_t)-2)
 /* bytes argument of run_kill_test for a stopped (SIGSTOP) victim: 1 KiB
@@ -340,10 +338,6 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
     ctl->victim = victim;
     ctl->phase = phase;
     ctl->bytes = bytes;
-    if (bytes == ONE_WAITS_ON_VICTIM) {
-        ctl->count = 1;
-        bytes = STRICT_NOTICE;
-    }
     int all_named = bytes == STOP_NAMED;
     if (all_named) {
         ctl->count = 1;
@@ -477,12 +471,8 @@ static void test_kill_blocked_on_live_peer(void **state)
 {
     (void)state;
     int n = harness_scale() == 0 ? 8 : 16;
-    /* UCX sees a same-host peer go by its pid, which a clean exit gives too
-     * before its goodbye may have arrived: there only a loss a call waits on
-     * is spread (docs/api.md), so one rank waits on the victim */
-    int ucx = strcmp(harness_transport(), "ucx") == 0;
     run_kill_test(n == 8 ? "kill_while_all_wait_on_live_peers_n8" : "kill_while_all_wait_on_live_peers_n16",
-                  rank_blocked_on_live_peer, n, 2, 5, FAULT_IN_ALLGATHER, SIGKILL, ucx ? ONE_WAITS_ON_VICTIM : STRICT_NOTICE);
+                  rank_blocked_on_live_peer, n, 2, 5, FAULT_IN_ALLGATHER, SIGKILL, STRICT_NOTICE);
 }
 static void test_kill_in_barriers(void **state)
 {
