@@ -236,6 +236,7 @@ void oobx__ep_ctx_gone(oobx_ep_t *ep, uint64_t ctx, const char *why)
 static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
 {
     if (m->src < 0 || m->src >= ep->nranks) return;
+    m->tag &= ~OOBX_CTRL_MAY_CONNECT;
     if (m->tag == CTRL_BYE) {
         ep->departed[m->src] = 1;
     } else if (m->tag == CTRL_FAIL && m->len >= CTRL_FAIL_HDR && m->len <= CTRL_FAIL_HDR + CTRL_TEXT_MAX) {
@@ -350,7 +351,7 @@ static void answer_pings(oobx_ep_t *ep)
         if (tl >= OOBX_CTX_TEXT) tl = OOBX_CTX_TEXT - 1;
         oobx__put_u32(msg + at, (uint32_t)tl);
         if (tl) memcpy(msg + at + 4, gone, tl);
-        ctrl_send(ep, ep->ping_due[i].to, CTRL_PONG, msg, at + 4 + tl, "probe answer");
+        ctrl_send(ep, ep->ping_due[i].to, CTRL_PONG | OOBX_CTRL_MAY_CONNECT, msg, at + 4 + tl, "probe answer");
     }
     ep->nping_due = 0;
 }
@@ -1174,13 +1175,15 @@ static int probe_start(const oobx__ep_view_t *v, probe_t *p)
     int n = posted_sources(ep, v->ctx, 0, srcs, OOBX_PROBE_MAX);
     p->n = 0;
     for (int i = 0; i < n; i++)
-        if (!ep->failed[srcs[i]] && !ep->departed[srcs[i]] && srcs[i] != ep->rank) p->to[p->n++] = srcs[i];
+        if (!ep->failed[srcs[i]] && !ep->departed[srcs[i]] && srcs[i] != ep->rank &&
+            srcs[i] != atomic_load(&ep->fail_rank))
+            p->to[p->n++] = srcs[i];
     if (!p->n) return 0;
     p->id = ++ep->probe_seq;
     unsigned char msg[12];
     oobx__put_u32(msg, p->id);
     oobx__put_u64(msg + 4, v->ctx);
-    for (int i = 0; i < p->n; i++) ctrl_send(ep, p->to[i], CTRL_PING, msg, sizeof(msg), "probe");
+    for (int i = 0; i < p->n; i++) ctrl_send(ep, p->to[i], CTRL_PING | OOBX_CTRL_MAY_CONNECT, msg, sizeof(msg), "probe");
     return 1;
 }
 
@@ -1201,7 +1204,7 @@ static void never_joined(const oobx__ep_view_t *v, int r, const char *why)
     for (int i = 0; i < v->nranks; i++) {
         int t = oobx__ep_view_rank(v, i);
         if (t != ep->rank && t != r && !ep->failed[t] && !ep->departed[t])
-            ctrl_send(ep, t, CTRL_CTXFAIL, msg, 8 + tl, "communicator failure notice");
+            ctrl_send(ep, t, CTRL_CTXFAIL | OOBX_CTRL_MAY_CONNECT, msg, 8 + tl, "communicator failure notice");
     }
 }
 

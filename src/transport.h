@@ -36,6 +36,12 @@
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };
+/* In the tag of an OOBX_MSG_CTRL message: the receiver is in a call (a
+ * probe, its answer), so the transport may open a link for it. Without it
+ * (goodbyes, failure notices, sent while ranks leave) a transport may send
+ * only on links that exist (UCX: opening one to a same-host peer that is
+ * exiting aborts the sender). */
+#define OOBX_CTRL_MAY_CONNECT (1ull << 32)
 
 /* A message as the core sees it; the wire form is in wire.h. */
 typedef struct oobx_msg_hdr {

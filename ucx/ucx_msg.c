@@ -185,7 +185,8 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
      * handling, and UCX 1.13's tcp transport aborts the process when such a
      * connect is refused by a peer that is leaving (a failure notice goes
      * out while the ranks that heard it exit) */
-    if (hdr->kind == OOBX_MSG_CTRL && !p->ep && strcmp(p->host, tp->host) == 0) {
+    if (hdr->kind == OOBX_MSG_CTRL && !p->ep && strcmp(p->host, tp->host) == 0 &&
+        (!(hdr->tag & OOBX_CTRL_MAY_CONNECT) || !ucx_pid_alive(p->pid))) {
         /* not an error of any call: the core says at debug level what did not go */
         return OOBX_ERR_REMOTE;
     }
