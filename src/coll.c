@@ -102,7 +102,8 @@ static int peer_error(const oobx__ep_view_t *c, int status, int peer, const char
     if (status == OOBX_ERR_REMOTE) oobx__ep_view_peer_lost(c, peer, who);
     const char *why = oobx__ep_failed_what(c->ep, oobx__ep_view_rank(c, peer));
     /* a link that failed because the communicator did: the first failure's code */
-    if (oobx__ep_view_failure(c) && status != OOBX_ERR_TRUNCATED) status = oobx__ep_view_status(c);
+    int failed = oobx__ep_view_status(c);
+    if (failed && status != OOBX_ERR_TRUNCATED) status = failed;
     if (status == OOBX_ERR_TRUNCATED)
         return oobx__fail(c->log, status, "rank %d: %s: %s sent more than expected (mismatched sizes between ranks?)",
                          c->rank, what, who);

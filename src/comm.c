@@ -29,6 +29,13 @@ static void node_tell_failure(struct oobx_comm *c)
     if (f) oobx__node_ag_done(c->node.seg, 0, oobx__ep_view_status(&c->v), f);
 }
 
+/* A link that failed because the communicator did: the first failure's code, else status. */
+static int view_status_or(struct oobx_comm *c, int status)
+{
+    int st = oobx__ep_view_status(&c->v);
+    return st ? st : status;
+}
+
 int oobx__comm_check(struct oobx_comm *c, const char *fn)
 {
     if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "%s: communicator is NULL", fn);
@@ -396,7 +403,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
         if (r->status) {
             oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
             const char *why = oobx__ep_failed_what(c->v.ep, lr->prev);
-            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? oobx__ep_view_status(&c->v) : r->status, "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
+            rc = oobx__fail(&c->log, view_status_or(c, r->status), "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
                             rank, who, why ? why : oobx_strerror(r->status),
                             r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
             break;
@@ -422,7 +429,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
         if (sreqs[i].tp.status) {
             oobx__ep_peer_name(&c->v, lr->next, who, sizeof(who));
             const char *why = oobx__ep_failed_what(c->v.ep, lr->next);
-            rc = oobx__fail(&c->log, oobx__ep_view_failure(&c->v) ? oobx__ep_view_status(&c->v) : sreqs[i].tp.status, "rank %d, leader of its host's ranks: the next leader, %s: %s",
+            rc = oobx__fail(&c->log, view_status_or(c, sreqs[i].tp.status), "rank %d, leader of its host's ranks: the next leader, %s: %s",
                             rank, who, why ? why : oobx_strerror(sreqs[i].tp.status));
         }
     if (adopted || !pair_sent(pending)) {
@@ -605,6 +612,19 @@ static int node_poll(void *arg, char *why, size_t len)
     return st;
 }
 
+/* A failure that a node-aware allgather found (in the segment, or the
+ * leader ring): the communicator's, told to the other ranks, unless one is
+ * known already. who: the view rank it is about, -1: this rank reports it. */
+static void node_fail(struct oobx_comm *c, int who, int status, const char *text)
+{
+    char copy[700]; /* text may be the thread's last error, which the next failure rewrites */
+    snprintf(copy, sizeof(copy), "%s", text);
+    pthread_mutex_lock(&c->v.ep->lock);
+    if (!oobx__ep_view_failure(&c->v))
+        oobx__ep_fail(c->v.ep, who >= 0 ? oobx__ep_view_rank(&c->v, who) : c->v.ep->rank, status, copy);
+    pthread_mutex_unlock(&c->v.ep->lock);
+}
+
 /* Within a host through the shared buffer, across hosts among the leaders. */
 static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
 {
@@ -637,10 +657,7 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
                             "the ranks disagree on the call",
                             mr, (unsigned long long)mb, rank, bpr);
             /* the other hosts' leaders wait for this host's slices: they hear it too */
-            pthread_mutex_lock(&c->v.ep->lock);
-            oobx__ep_fail(c->v.ep, oobx__ep_view_rank(&c->v, mr), OOBX_ERR_MISMATCH, oobx_last_error());
-            oobx__ep_spread(c->v.ep);
-            pthread_mutex_unlock(&c->v.ep->lock);
+            node_fail(c, mr, OOBX_ERR_MISMATCH, oobx_last_error());
         }
         if (rc == 0 && c->node.next != rank) {
             size_t own = 8 + (size_t)L * (4 + bpr);
@@ -668,26 +685,16 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
             free(out);
             free(t.have);
         }
-        if ((rc == OOBX_ERR_REMOTE || rc == OOBX_ERR_MISMATCH) && !oobx__ep_view_failure(&c->v)) {
-            /* found here (a member's pid, the leader ring): the other hosts hear it too */
-            char text[700];
-            snprintf(text, sizeof(text), "%s", oobx_last_error());
-            pthread_mutex_lock(&c->v.ep->lock);
-            oobx__ep_fail(c->v.ep, c->v.ep->rank, rc, text);
-            pthread_mutex_unlock(&c->v.ep->lock);
-        }
+        /* found here (a member's pid, the leader ring): the other hosts hear it too */
+        if (rc == OOBX_ERR_REMOTE || rc == OOBX_ERR_MISMATCH) node_fail(c, -1, rc, oobx_last_error());
         const char *origin = rc ? oobx__ep_view_failure(&c->v) : NULL;
         oobx__node_ag_done(seg, b, rc, rc ? (origin ? origin : oobx_last_error()) : NULL);
     } else {
         rc = oobx__node_ag_wait_done(seg, b, k);
-        if ((rc == OOBX_ERR_MISMATCH || rc == OOBX_ERR_REMOTE) && !oobx__ep_view_failure(&c->v)) {
-            /* the leader's failure is this communicator's: later calls say so at once */
-            char text[700];
+        /* the leader's failure is this communicator's: later calls say so at once */
+        if (rc == OOBX_ERR_MISMATCH || rc == OOBX_ERR_REMOTE) {
             const char *origin = oobx__node_ag_error(seg);
-            snprintf(text, sizeof(text), "%s", origin ? origin : oobx_last_error());
-            pthread_mutex_lock(&c->v.ep->lock);
-            oobx__ep_fail(c->v.ep, c->v.ep->rank, rc, text);
-            pthread_mutex_unlock(&c->v.ep->lock);
+            node_fail(c, -1, rc, origin ? origin : oobx_last_error());
         }
     }
     if (rc == 0) memcpy(buf, data, (size_t)nranks * bpr);

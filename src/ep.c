@@ -93,6 +93,24 @@ static void inflight_del(oobx_ep_t *ep, void *p)
         }
 }
 
+/* An unexpected message of queue q leaves it (taken, or dropped). */
+static void ux_left(oobx_ep_t *ep, const oobx_mq_t *q)
+{
+    if (q->kind == OOBX_MSG_COLL && ep->ncoll_ux) ep->ncoll_ux--;
+}
+
+/* Takes the oldest posted receive off q (q goes when it is empty). */
+static oobx_rreq_t *rq_pop(oobx_ep_t *ep, oobx_mq_t *q)
+{
+    oobx_rreq_t *r = q->rq_head;
+    q->rq_head = r->next;
+    if (q->rq_head) q->rq_head->prev = NULL;
+    else q->rq_tail = NULL;
+    mq_drop_if_empty(ep, q);
+    r->next = r->prev = NULL;
+    return r;
+}
+
 /* A queue of collective messages (ux) or receives (!ux) from src in the
  * slot of tag but with another signature. */
 static oobx_mq_t *coll_rival(oobx_ep_t *ep, uint64_t ctx, int src, uint64_t tag, int ux)
@@ -195,7 +213,7 @@ static int pong_well_formed(const unsigned char *d, size_t len)
     return tl < OOBX_CTX_TEXT && len == 12 + 4 * (size_t)n + tl;
 }
 
-/* Copies a peer's text of n bytes (n < OOBX_CTX_TEXT), printable, terminated. */
+/* Copies a peer's text of n bytes into out (n + 1 bytes), printable, terminated. */
 static void ctrl_text(char *out, const unsigned char *in, size_t n)
 {
     memcpy(out, in, n);
@@ -204,33 +222,34 @@ static void ctrl_text(char *out, const unsigned char *in, size_t n)
         if ((unsigned char)out[i] < 0x20) out[i] = ' ';
 }
 
-static const char *ctx_lookup(const oobx_ep_t *ep, uint64_t ctx, int failed)
+/* The text noted for ctx in a table of OOBX_EP_RECENT notes, or NULL. */
+static const char *note_of(const oobx_ctx_note_t *tab, uint64_t ctx)
 {
-    for (int k = 0; k < OOBX_PROBE_MAX; k++) {
-        const char *t = failed ? ep->ctx_failed[k].text : ep->gone[k].text;
-        uint64_t c = failed ? ep->ctx_failed[k].ctx : ep->gone[k].ctx;
-        if (t[0] && c == ctx) return t;
-    }
+    for (int k = 0; k < OOBX_EP_RECENT; k++)
+        if (tab[k].text[0] && tab[k].ctx == ctx) return tab[k].text;
     return NULL;
+}
+
+/* Notes ctx with text in tab, over its oldest entry. */
+static void note_put(oobx_ctx_note_t *tab, int *next, uint64_t ctx, const char *text)
+{
+    oobx_ctx_note_t *e = &tab[*next];
+    *next = (*next + 1) % OOBX_EP_RECENT;
+    e->ctx = ctx;
+    snprintf(e->text, sizeof(e->text), "%s", text);
 }
 
 /* Context ctx failed without a member failing (the first reason only). */
 static void ctx_fail_record(oobx_ep_t *ep, uint64_t ctx, const char *text)
 {
-    if (!ep->fail_job || ep->closing || ctx_lookup(ep, ctx, 1)) return;
-    int k = ep->ctx_failed_next;
-    ep->ctx_failed_next = (k + 1) % OOBX_PROBE_MAX;
-    ep->ctx_failed[k].ctx = ctx;
-    snprintf(ep->ctx_failed[k].text, sizeof(ep->ctx_failed[k].text), "%s", text);
+    if (!ep->fail_job || ep->closing || note_of(ep->ctx_failed, ctx)) return;
+    note_put(ep->ctx_failed, &ep->ctx_failed_next, ctx, text);
     OOBX_DEBUG(ep->log, "rank %d: a communicator failed: %s", ep->rank, text);
 }
 
 void oobx__ep_ctx_gone(oobx_ep_t *ep, uint64_t ctx, const char *why)
 {
-    int k = ep->gone_next;
-    ep->gone_next = (k + 1) % OOBX_PROBE_MAX;
-    ep->gone[k].ctx = ctx;
-    snprintf(ep->gone[k].text, sizeof(ep->gone[k].text), "%s", why && *why ? why : "its oobx_comm_split failed");
+    note_put(ep->gone, &ep->gone_next, ctx, why && *why ? why : "its oobx_comm_split failed");
 }
 
 static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
@@ -247,11 +266,7 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
             return;
         }
         char text[CTRL_TEXT_MAX + 1];
-        size_t n = m->len - CTRL_FAIL_HDR;
-        memcpy(text, m->data + CTRL_FAIL_HDR, n);
-        text[n] = '\0';
-        for (size_t i = 0; i < n; i++)
-            if ((unsigned char)text[i] < 0x20) text[i] = ' ';
+        ctrl_text(text, m->data + CTRL_FAIL_HDR, m->len - CTRL_FAIL_HDR);
         int32_t st = (int32_t)oobx__get_u32(m->data + 4);
         fail_record(ep, (int)r, st == OOBX_ERR_MISMATCH ? OOBX_ERR_MISMATCH : OOBX_ERR_REMOTE, text);
     } else if (m->tag == CTRL_PING && m->len == 12) {
@@ -264,7 +279,7 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
     } else if (m->tag == CTRL_PONG && pong_well_formed(m->data, m->len)) {
         uint32_t n = oobx__get_u32(m->data + 4);
         int k = ep->pong_next;
-        ep->pong_next = (k + 1) % OOBX_PROBE_MAX;
+        ep->pong_next = (k + 1) % OOBX_EP_RECENT;
         ep->pong[k].id = oobx__get_u32(m->data);
         ep->pong[k].from = m->src;
         ep->pong[k].n = 0;
@@ -346,7 +361,7 @@ static void answer_pings(oobx_ep_t *ep)
     size_t at = 8 + 4 * (size_t)nw;
     for (int i = 0; i < ep->nping_due; i++) {
         oobx__put_u32(msg, ep->ping_due[i].id);
-        const char *gone = ctx_lookup(ep, ep->ping_due[i].ctx, 0);
+        const char *gone = note_of(ep->gone, ep->ping_due[i].ctx);
         size_t tl = gone ? strlen(gone) : 0;
         if (tl >= OOBX_CTX_TEXT) tl = OOBX_CTX_TEXT - 1;
         oobx__put_u32(msg + at, (uint32_t)tl);
@@ -406,14 +421,14 @@ const char *oobx__ep_view_failure(const oobx__ep_view_t *v)
 {
     if (!v->ep) return NULL;
     const char *f = view_member_failure(v);
-    return f ? f : ctx_lookup(v->ep, v->ctx, 1);
+    return f ? f : note_of(v->ep->ctx_failed, v->ctx);
 }
 
 int oobx__ep_view_status(const oobx__ep_view_t *v)
 {
     if (!v->ep) return 0;
     if (view_member_failure(v)) return v->ep->fail_status;
-    return ctx_lookup(v->ep, v->ctx, 1) ? OOBX_ERR_REMOTE : 0;
+    return note_of(v->ep->ctx_failed, v->ctx) ? OOBX_ERR_REMOTE : 0;
 }
 
 /* ---- collective signatures (ep.h) ---- */
@@ -441,7 +456,7 @@ static int same_call_other_sig(uint64_t a, uint64_t b)
 /* A collective message came: is it for this rank's current call in its group, signed otherwise? */
 static void coll_check_arrival(oobx_ep_t *ep, uint64_t ctx, int src, uint64_t tag)
 {
-    for (int k = 0; k < OOBX_PROBE_MAX; k++)
+    for (int k = 0; k < OOBX_EP_RECENT; k++)
         if (ep->calls[k].tag && ep->calls[k].ctx == ctx && same_call_other_sig(ep->calls[k].tag, tag)) {
             coll_disagree(ep, src, tag, ep->calls[k].tag);
             return;
@@ -452,13 +467,13 @@ void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag)
 {
     oobx_ep_t *ep = v->ep;
     int k = -1;
-    for (int i = 0; i < OOBX_PROBE_MAX && k < 0; i++)
+    for (int i = 0; i < OOBX_EP_RECENT && k < 0; i++)
         if (ep->calls[i].ctx == v->ctx && ep->calls[i].tag &&
             (ep->calls[i].tag & OOBX_COLL_GROUP_MASK) == (tag & OOBX_COLL_GROUP_MASK))
             k = i;
     if (k < 0) {
         k = ep->calls_next;
-        ep->calls_next = (k + 1) % OOBX_PROBE_MAX;
+        ep->calls_next = (k + 1) % OOBX_EP_RECENT;
     }
     ep->calls[k].ctx = v->ctx;
     ep->calls[k].tag = tag;
@@ -494,12 +509,7 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
     }
     oobx_mq_t *q = mq_find(ep, hdr->ctx, hdr->kind, hdr->src, hdr->tag, 0);
     if (q && q->rq_head) {
-        oobx_rreq_t *r = q->rq_head;
-        q->rq_head = r->next;
-        if (q->rq_head) q->rq_head->prev = NULL;
-        else q->rq_tail = NULL;
-        mq_drop_if_empty(ep, q);
-        r->next = r->prev = NULL;
+        oobx_rreq_t *r = rq_pop(ep, q);
         r->msg_len = hdr->len;
         *cookie = r;
         inflight_add(ep, r);
@@ -517,15 +527,10 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
         oobx_mq_t *rq = coll_rival(ep, hdr->ctx, hdr->src, hdr->tag, 0);
         if (rq) {
             /* the sender made another call than the one this rank waits in */
-            oobx_rreq_t *r = rq->rq_head;
-            rq->rq_head = r->next;
-            if (rq->rq_head) rq->rq_head->prev = NULL;
-            else rq->rq_tail = NULL;
-            r->next = r->prev = NULL;
+            oobx_rreq_t *r = rq_pop(ep, rq);
             r->rival_tag = hdr->tag;
             r->msg_len = hdr->len;
             rreq_complete(r, 0, OOBX_ERR_MISMATCH);
-            mq_drop_if_empty(ep, rq);
         }
     }
     oobx_ux_t *u = calloc(1, sizeof(*u));
@@ -628,6 +633,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
                 else q->ux_head = u->next;
                 if (u->next) u->next->prev = u->prev;
                 else q->ux_tail = u->prev;
+                ux_left(ep, q);
                 inflight_del(ep, u);
                 free(u->data);
                 free(u);
@@ -773,26 +779,16 @@ int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks)
 static void say_goodbye(oobx_ep_t *ep)
 {
     if (!ep->talked) return;
-    int n = 0;
-    for (int r = 0; r < ep->nranks; r++) n += ep->talked[r] && !ep->failed[r] && !ep->departed[r] && r != ep->rank;
-    if (n == 0) return;
-    oobx_tp_req_t *reqs = calloc((size_t)n, sizeof(*reqs));
-    if (!reqs) return;
-    int k = 0;
     int failure = atomic_load(&ep->fail_rank) >= 0;
-    for (int r = 0; r < ep->nranks && k < n; r++) {
+    for (int r = 0; r < ep->nranks; r++) {
         if (!ep->talked[r] || ep->failed[r] || ep->departed[r] || r == ep->rank) continue;
         /* a peer that sees this link close hears the reason first, in order on the same link */
         if (failure) send_notice(ep, r);
-        oobx_msg_hdr_t h = {.ctx = 0, .tag = CTRL_BYE, .len = 0, .src = ep->rank, .kind = OOBX_MSG_CTRL};
-        if (ep->ops->send(ep->tp, r, &h, NULL, &reqs[k]) != 0) reqs[k].done = 1;
-        k++;
+        ctrl_send(ep, r, CTRL_BYE, NULL, 0, "goodbye");
     }
     /* no progress here: the transport's destroy gives queued sends their
      * bound (progressing now would also take in ring set-ups of peers that
      * are leaving too, whose shared memory UCX 1.13 crashes on) */
-    /* a transport that still holds a request frees it with itself; ours goes after */
-    oobx__ep_adopt(ep, reqs);
 }
 
 void oobx__ep_release(oobx_ep_t *ep)
@@ -865,6 +861,7 @@ void oobx__ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx)
             if (q->ctx != ctx) continue;
             for (oobx_ux_t *u = q->ux_head, *nu; u; u = nu) {
                 nu = u->next;
+                ux_left(ep, q);
                 if (!u->complete) {
                     u->detached = 1; /* still arriving: freed by msg_end */
                     continue;
@@ -973,7 +970,7 @@ static int irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag
     r->tag = tag;
     oobx_mq_t *q = mq_find(ep, v->ctx, kind, src, tag, 1);
     if (!q) return oobx__fail(v->log, OOBX_ERR_NOMEM, "out of memory posting a receive");
-    oobx_mq_t *rival = !q->ux_head && kind == OOBX_MSG_COLL ? coll_rival(ep, v->ctx, src, tag, 1) : NULL;
+    oobx_mq_t *rival = !q->ux_head && kind == OOBX_MSG_COLL && ep->ncoll_ux ? coll_rival(ep, v->ctx, src, tag, 1) : NULL;
     if (rival) {
         /* the sender's next message is of another call: it makes no more of this one */
         mq_drop_if_empty(ep, q);
@@ -984,7 +981,7 @@ static int irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag
     }
     if (q->ux_head) {
         oobx_ux_t *u = q->ux_head;
-        if (kind == OOBX_MSG_COLL && ep->ncoll_ux) ep->ncoll_ux--;
+        ux_left(ep, q);
         q->ux_head = u->next;
         if (q->ux_head) q->ux_head->prev = NULL;
         else q->ux_tail = NULL;
@@ -1162,7 +1159,7 @@ static int view_rank_of(const oobx__ep_view_t *v, int r)
 
 static int pong_of(const oobx_ep_t *ep, uint32_t id, int from)
 {
-    for (int k = 0; k < OOBX_PROBE_MAX; k++)
+    for (int k = 0; k < OOBX_EP_RECENT; k++)
         if (ep->pong[k].id == id && ep->pong[k].from == from) return k;
     return -1;
 }
@@ -1192,10 +1189,10 @@ static int probe_start(const oobx__ep_view_t *v, probe_t *p)
 static void never_joined(const oobx__ep_view_t *v, int r, const char *why)
 {
     oobx_ep_t *ep = v->ep;
+    if (!ep->fail_job || note_of(ep->ctx_failed, v->ctx)) return;
     char who[160], text[OOBX_CTX_TEXT];
     oobx__ep_peer_name(v, view_rank_of(v, r), who, sizeof(who));
     snprintf(text, sizeof(text), "%s is not in this communicator (seen by rank %d): %s", who, v->rank, why);
-    if (!ep->fail_job || ctx_lookup(ep, v->ctx, 1)) return;
     ctx_fail_record(ep, v->ctx, text);
     unsigned char msg[8 + OOBX_CTX_TEXT];
     size_t tl = strlen(text);
@@ -1208,17 +1205,18 @@ static void never_joined(const oobx__ep_view_t *v, int r, const char *why)
     }
 }
 
-/* An early probe's answers: one that never joined fails the communicator. */
-static int probe_early_finish(const oobx__ep_view_t *v, const probe_t *p)
+/* The probe's answers so far: one that never joined fails the communicator
+ * (and 1 is returned). */
+static int probe_never_joined(const oobx__ep_view_t *v, const probe_t *p)
 {
     for (int i = 0; i < p->n; i++) {
         int k = pong_of(v->ep, p->id, p->to[i]);
         if (k >= 0 && v->ep->pong[k].gone[0]) {
             never_joined(v, p->to[i], v->ep->pong[k].gone);
-            return PROBE_NEVER_JOINED;
+            return 1;
         }
     }
-    return PROBE_ALL_ANSWERED;
+    return 0;
 }
 
 static int probe_all_answered(const oobx_ep_t *ep, const probe_t *p)
@@ -1238,22 +1236,20 @@ static size_t put_rank(const oobx__ep_view_t *v, char *buf, size_t len, size_t a
     return k > 0 ? at + (size_t)k : at;
 }
 
-/* Ends the probe window: what each rank waited on said goes to probe_text;
- * the first one silent is told to the communicator. Returns 1 when one was. */
+/* Ends the probe window: PROBE_NEVER_JOINED as probe_never_joined; else
+ * what each rank waited on said goes to probe_text, and the first one
+ * silent is told to the communicator (PROBE_SILENT). */
 static int probe_finish(const oobx__ep_view_t *v, probe_t *p, uint64_t waited_ns)
 {
+    if (probe_never_joined(v, p)) return PROBE_NEVER_JOINED;
     oobx_ep_t *ep = v->ep;
     char *t = ep->probe_text;
     size_t len = sizeof(ep->probe_text), at = strlen(t);
     int silent = -1, g = probe_window_ms(v);
     for (int i = 0; i < p->n && at < len; i++) {
         char who[160];
-        oobx__ep_peer_name(v, view_rank_of(v, p->to[i]) >= 0 ? view_rank_of(v, p->to[i]) : -1, who, sizeof(who));
+        oobx__ep_peer_name(v, view_rank_of(v, p->to[i]), who, sizeof(who));
         int k = pong_of(ep, p->id, p->to[i]);
-        if (k >= 0 && ep->pong[k].gone[0]) {
-            never_joined(v, p->to[i], ep->pong[k].gone);
-            return PROBE_NEVER_JOINED;
-        }
         if (k < 0) {
             if (silent < 0) silent = i;
             at += (size_t)snprintf(t + at, len - at, "; still waiting on %s, which did not answer a probe within %d ms "
@@ -1308,33 +1304,31 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             deadline_ns = oobx__deadline(probe_window_ms(v));
             if (deadline_ns > probe.deadline_ns) deadline_ns = probe.deadline_ns;
         }
-        if (probe.phase == PROBE_EARLY &&
-            (probe_all_answered(ep, &probe) || (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns))) {
-            if (probe_early_finish(v, &probe) == PROBE_NEVER_JOINED) continue; /* cancel_check says it */
+        int passed = deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns;
+        /* a window ends when all have answered, or at its deadline */
+        int asking = probe.phase == PROBE_EARLY || probe.phase == PROBE_ASKED;
+        int window_over = asking && (passed || probe_all_answered(ep, &probe));
+        if (probe.phase == PROBE_EARLY && window_over) {
+            if (probe_never_joined(v, &probe)) continue; /* cancel_check says it */
             probe.phase = PROBE_EARLY_DONE;
             deadline_ns = probe.deadline_ns;
+            continue;
         }
-        if (probe.phase == PROBE_ASKED && probe_all_answered(ep, &probe)) {
-            if (probe_finish(v, &probe, oobx__now_ns() - t0) == PROBE_NEVER_JOINED) continue;
+        if (probe.phase == PROBE_ASKED && window_over) {
+            int found = probe_finish(v, &probe, oobx__now_ns() - t0);
+            if (found == PROBE_NEVER_JOINED) continue;
+            if (found == PROBE_SILENT) return OOBX_ERR_TIMEOUT;
             probe.phase = PROBE_LINGER;
             deadline_ns = oobx__deadline(2 * probe_window_ms(v));
+            continue;
         }
-        if (deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns) {
+        if (passed) {
             /* an init's budget is its own: no probes past it */
             if ((probe.phase == PROBE_NONE || probe.phase == PROBE_EARLY_DONE) && !v->deadline_ns &&
                 probe_start(v, &probe)) {
                 probe.phase = PROBE_ASKED;
                 deadline_ns = oobx__deadline(probe_window_ms(v));
                 continue;
-            }
-            if (probe.phase == PROBE_ASKED) {
-                int found = probe_finish(v, &probe, oobx__now_ns() - t0);
-                if (found == PROBE_NEVER_JOINED) continue;
-                if (found == PROBE_ALL_ANSWERED) {
-                    probe.phase = PROBE_LINGER;
-                    deadline_ns = oobx__deadline(2 * probe_window_ms(v));
-                    continue;
-                }
             }
             return OOBX_ERR_TIMEOUT;
         }

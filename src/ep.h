@@ -94,6 +94,13 @@ typedef struct oobx_mq oobx_mq_t;
 
 #define OOBX_PROBE_MAX 8 /* ranks one probe asks, and ranks one answer names */
 #define OOBX_CTX_TEXT 600 /* why a context failed, as sent */
+#define OOBX_EP_RECENT 8  /* entries of each of the endpoint's round-robin tables below */
+
+/* A context and why it is of note (never joined, or failed). */
+typedef struct oobx_ctx_note {
+    uint64_t ctx;
+    char text[OOBX_CTX_TEXT]; /* empty: an unused entry */
+} oobx_ctx_note_t;
 
 typedef struct oobx_sreq {
     oobx_tp_req_t tp;
@@ -153,7 +160,7 @@ typedef struct oobx_ep {
         int from, n;
         int waits[OOBX_PROBE_MAX];
         char gone[OOBX_CTX_TEXT]; /* nonempty: the prober's communicator is one it never joined, and why */
-    } pong[OOBX_PROBE_MAX];  /* the last answers heard, round robin */
+    } pong[OOBX_EP_RECENT];  /* the last answers heard, round robin */
     int pong_next;
     struct {
         int to;
@@ -163,18 +170,15 @@ typedef struct oobx_ep {
     int nping_due;
     /* contexts this rank will never join (its oobx_comm_split failed), and
      * contexts that failed without a member failing (a member never joined) */
-    struct {
-        uint64_t ctx;
-        char text[OOBX_CTX_TEXT];
-    } gone[OOBX_PROBE_MAX], ctx_failed[OOBX_PROBE_MAX];
+    oobx_ctx_note_t gone[OOBX_EP_RECENT], ctx_failed[OOBX_EP_RECENT];
     int gone_next, ctx_failed_next;
     char probe_text[800];    /* what the last timed-out wait found, for oobx__ep_wait_error */
     /* the collective each (context, group) is in or made last: its tag at step 0 */
     struct {
         uint64_t ctx, tag;
-    } calls[OOBX_PROBE_MAX];
+    } calls[OOBX_EP_RECENT];
     int calls_next;
-    size_t ncoll_ux;         /* collective messages that came before their receive */
+    size_t ncoll_ux;         /* collective messages in the unexpected queues (0: no rival can exist) */
 } oobx_ep_t;
 
 /* What a caller above the endpoint shows of itself. Ranks in calls through a

@@ -136,6 +136,16 @@ void ucx_mark_dirty(ucx_tp_t *tp, int peer)
     oobx__dirty_mark(&tp->peers[peer].dirty, tp->dirty, &tp->ndirty, peer);
 }
 
+/* Begins and ends, in order, what arrived from the peers marked dirty. */
+static void ucx_drain_dirty(ucx_tp_t *tp)
+{
+    while (tp->ndirty > 0) {
+        int peer = tp->dirty[--tp->ndirty];
+        tp->peers[peer].dirty = 0;
+        ucx_peer_drain(tp, peer);
+    }
+}
+
 void ucx_peer_fail(ucx_tp_t *tp, int peer, int status, const char *fmt, ...)
 {
     va_list ap;
@@ -343,11 +353,7 @@ static void ucx_watch_pids(ucx_tp_t *tp)
             for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
             }
             ucx_probe(tp);
-            while (tp->ndirty > 0) {
-                int peer = tp->dirty[--tp->ndirty];
-                tp->peers[peer].dirty = 0;
-                ucx_peer_drain(tp, peer);
-            }
+            ucx_drain_dirty(tp);
             if (p->fail.failed) continue;
             if (tp->board && __atomic_load_n(&tp->board[i], __ATOMIC_ACQUIRE)) {
                 /* it left in order: a goodbye that could not come */
@@ -437,11 +443,7 @@ static int ucx_progress(oobx_tp_t *base)
     }
     ucx_probe(tp);
     if (tp->fatal) return tp->fatal;
-    while (tp->ndirty > 0) {
-        int peer = tp->dirty[--tp->ndirty];
-        tp->peers[peer].dirty = 0;
-        ucx_peer_drain(tp, peer);
-    }
+    ucx_drain_dirty(tp);
     if (tp->nwatch) ucx_watch_pids(tp);
     if (tp->fail_pending) ucx_report_failures(tp);
     return 0;
@@ -724,11 +726,7 @@ static void ucx_destroy(oobx_tp_t *base)
         while (tp->rtx.q_head && oobx__now_ns() < deadline) {
             ucp_worker_progress(tp->worker);
             ucx_probe(tp);
-            while (tp->ndirty > 0) {
-                int peer = tp->dirty[--tp->ndirty];
-                tp->peers[peer].dirty = 0;
-                ucx_peer_drain(tp, peer);
-            }
+            ucx_drain_dirty(tp);
         }
         for (int i = 0; i < tp->nranks; i++) {
             ucx_peer_t *p = &tp->peers[i];
