@@ -237,8 +237,12 @@ static int rank_blocked_on_live_peer(harness_rank_t *r)
     return 0;
 }
 
-/* A barrier loop; the victim dies somewhere in it. */
-static int rank_killed_in_barriers(harness_rank_t *r)
+/* One call of a loop the victim dies in (k: its number); 0 or the call's code. */
+typedef int (*loop_step_fn)(harness_rank_t *r, oobx_comm_t c, int k);
+
+/* Runs step until it fails: the failure must come after the kill, on a
+ * survivor, and is judged; what names the call. */
+static int loop_until_fault(harness_rank_t *r, loop_step_fn step, const char *what)
 {
     fault_ctl_t *ctl = r->arg;
     oobx_comm_t c = harness_comm_init_or_die(r);
@@ -246,41 +250,45 @@ static int rank_killed_in_barriers(harness_rank_t *r)
     ctl->ready[r->rank] = 1;
     for (int k = 0; k < 1000000; k++) {
         double t0 = harness_now();
-        int rc = oobx_barrier(c);
+        int rc = step(r, c, k);
         if (rc == OOBX_SUCCESS) continue;
-        if (r->rank == ctl->victim) H_FAIL(r, "the victim's barrier failed: %s", oobx_last_error());
-        if (ctl->kill_time == 0) H_FAIL(r, "barrier %d failed before the kill: %s", k, oobx_last_error());
-        judge_survivor(r, ctl, rc, t0, "oobx_barrier");
+        if (r->rank == ctl->victim) H_FAIL(r, "the victim's %s failed: %s", what, oobx_last_error());
+        if (ctl->kill_time == 0) H_FAIL(r, "%s %d failed before the kill: %s", what, k, oobx_last_error());
+        judge_survivor(r, ctl, rc, t0, what);
         H_OK(r, oobx_comm_destroy(c));
         return 0;
     }
-    H_FAIL(r, "a million barriers without the fault");
+    H_FAIL(r, "a million calls of %s without the fault", what);
+}
+
+static int barrier_step(harness_rank_t *r, oobx_comm_t c, int k)
+{
+    (void)r;
+    (void)k;
+    return oobx_barrier(c);
+}
+
+/* A 4 KiB broadcast from every root in turn, its data checked. */
+static int bcast_step(harness_rank_t *r, oobx_comm_t c, int k)
+{
+    unsigned char buf[4096];
+    int root = k % r->nranks;
+    if (r->rank == root) harness_fill(buf, sizeof buf, root, (unsigned)k);
+    int rc = oobx_bcast(c, root, buf, sizeof buf);
+    if (rc == OOBX_SUCCESS) harness_verify(r, buf, sizeof buf, root, (unsigned)k, "broadcast %d from rank %d", k, root);
+    return rc;
+}
+
+/* A barrier loop; the victim dies somewhere in it. */
+static int rank_killed_in_barriers(harness_rank_t *r)
+{
+    return loop_until_fault(r, barrier_step, "oobx_barrier");
 }
 
 /* A loop of 4 KiB broadcasts from every root in turn; the victim dies in it. */
 static int rank_killed_in_bcasts(harness_rank_t *r)
 {
-    fault_ctl_t *ctl = r->arg;
-    oobx_comm_t c = harness_comm_init_or_die(r);
-    H_OK(r, oobx_barrier(c));
-    unsigned char buf[4096];
-    ctl->ready[r->rank] = 1;
-    for (int k = 0; k < 1000000; k++) {
-        int root = k % r->nranks;
-        if (r->rank == root) harness_fill(buf, sizeof buf, root, (unsigned)k);
-        double t0 = harness_now();
-        int rc = oobx_bcast(c, root, buf, sizeof buf);
-        if (rc == OOBX_SUCCESS) {
-            harness_verify(r, buf, sizeof buf, root, (unsigned)k, "broadcast %d from rank %d", k, root);
-            continue;
-        }
-        if (r->rank == ctl->victim) H_FAIL(r, "the victim's broadcast failed: %s", oobx_last_error());
-        if (ctl->kill_time == 0) H_FAIL(r, "broadcast %d failed before the kill: %s", k, oobx_last_error());
-        judge_survivor(r, ctl, rc, t0, "oobx_bcast");
-        H_OK(r, oobx_comm_destroy(c));
-        return 0;
-    }
-    H_FAIL(r, "a million broadcasts without the fault");
+    return loop_until_fault(r, bcast_step, "oobx_bcast");
 }
 
 /* A loop of splits (two colours) with a barrier on each child; the victim
