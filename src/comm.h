@@ -42,6 +42,13 @@ struct oobx_comm {
     } node;
 };
 
+struct root_handle;
+/* Joins the roots (their handles decoded already) and builds the communicator:
+ * the common part of oobx_comm_init and oobx_comm_init_from_env. hosted_magic:
+ * the magic of a root this process started for it (0: none). */
+int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, const struct root_handle *roots,
+                           const oobx_settings_t *s, const oobx_config_t *cfg, uint64_t hosted_magic);
+
 /* 0, or the error (recorded) when c is NULL or aborted; fn names the call. */
 int oobx__comm_check(struct oobx_comm *c, const char *fn);
 

@@ -1,0 +1,144 @@
+/*
+ * Starting from the environment: which launcher started this process, the
+ * rank and size it gives, and where the roots are (oobx_comm_init_from_env).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm.h"
+#include "root.h"
+#include "util.h"
+
+static int env_int(const char *a, const char *b, int *out)
+{
+    const char *v = getenv(a);
+    if (!v && b) v = getenv(b);
+    if (!v) return 0;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || end == v) return -1;
+    *out = (int)x;
+    return 1;
+}
+
+int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
+{
+    if (!comm) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init_from_env: comm is NULL");
+    static const char *const pairs[][3] = {
+        {"OOBX_RANK", "OOBX_NRANKS", "oobx"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
+        {"PMI_RANK", "PMI_SIZE", "PMI"},
+        {"RANK", "WORLD_SIZE", "torchrun"},
+    };
+    int rank = -1, nranks = -1;
+    const char *from = NULL;
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE(pairs); i++) {
+        int a = env_int(pairs[i][0], NULL, &rank), b = env_int(pairs[i][1], NULL, &nranks);
+        if (a < 0 || b < 0)
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=%s / %s=%s are not numbers", pairs[i][0],
+                             getenv(pairs[i][0]) ? getenv(pairs[i][0]) : "", pairs[i][1],
+                             getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "");
+        if (a && b) {
+            from = pairs[i][2];
+            break;
+        }
+        rank = nranks = -1;
+    }
+    if (!from)
+        return oobx__fail(NULL, OOBX_ERR_INVALID,
+                         "oobx_comm_init_from_env: no rank and size in the environment (OOBX_RANK/OOBX_NRANKS, "
+                         "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE or RANK/WORLD_SIZE)");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d of %d from %s is out of range", rank, nranks, from);
+    oobx_settings_t s;
+    int rc = oobx__settings_load(&s, cfg);
+    if (rc != 0) return rc;
+    char list[1024];
+    if (s.comm_id[0]) {
+        snprintf(list, sizeof(list), "%s", s.comm_id);
+    } else if (getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
+        /* torchrun's store holds MASTER_PORT itself: the root takes the next port */
+        int port = atoi(getenv("MASTER_PORT")) + 1;
+        const char *host = getenv("MASTER_ADDR");
+        snprintf(list, sizeof(list), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    } else {
+        return oobx__fail(NULL, OOBX_ERR_INVALID,
+                         "rank %d: no root address: set OOBX_COMM_ID=host:port[,host:port...] (or MASTER_ADDR and MASTER_PORT)",
+                         rank);
+    }
+    /* a launcher that made and bound the root's socket itself hands it over
+     * to the rank hosting that root (oobx-run does, closing the port race) */
+    int root_fd = -1;
+    const char *rfd = getenv("OOBX_ROOT_FD");
+    if (rfd && *rfd) {
+        long v = 0;
+        const char *p = rfd;
+        for (; *p >= '0' && *p <= '9' && v <= 0x7fffffffL; p++) v = v * 10 + (*p - '0');
+        if (*p || v > 0x7fffffffL)
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: OOBX_ROOT_FD=%s is not a file descriptor number", rank,
+                             rfd);
+        root_fd = (int)v;
+    }
+    int nids = 1;
+    for (const char *p = list; *p; p++)
+        if (*p == ',') nids++;
+    if (nids > nranks)
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %d roots for %d ranks", nids, nranks);
+    /* the magic: from the addresses and the job, the same on every rank */
+    const char *job = s.job_key[0] ? s.job_key : getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "";
+    uint64_t magic = oobx__hash64(list, strlen(list), oobx__hash64(job, strlen(job), 0x6f6f6278ull));
+    magic = oobx__mix64(magic, (uint64_t)nranks);
+    root_handle_t *roots = calloc((size_t)nids, sizeof(*roots));
+    oobx_unique_id_t *ids = calloc((size_t)nids, sizeof(*ids));
+    if (!roots || !ids) {
+        free(roots);
+        free(ids);
+        return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    }
+    char *save = NULL;
+    int i = 0;
+    uint64_t hosted = 0;
+    int hosts_root = -1;
+    for (char *tok = strtok_r(list, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save), i++) {
+        char why[600];
+        rc = oobx__sock_addr_parse(tok, s.socket_family, &roots[i].addr, why, sizeof(why));
+        if (rc != 0) {
+            rc = oobx__fail(NULL, rc, "OOBX_COMM_ID entry %d: %s", i, why);
+            break;
+        }
+        for (int k = 0; k < i; k++)
+            if (oobx__sock_addr_len(&roots[k].addr) == oobx__sock_addr_len(&roots[i].addr) &&
+                !memcmp(&roots[k].addr, &roots[i].addr, oobx__sock_addr_len(&roots[i].addr))) {
+                rc = oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %s twice (entries %d and %d): every root needs its own address",
+                               tok, k, i);
+                break;
+            }
+        if (rc != 0) break;
+        roots[i].magic = oobx__mix64(magic, (uint64_t)i);
+        if (rank == oobx__root_first_rank(i, nranks, nids)) {
+            root_handle_t h;
+            if (root_fd >= 0)
+                rc = oobx__root_start_fd(root_fd, "OOBX_ROOT_FD", &roots[i].addr, roots[i].magic, &s, &h, why,
+                                         sizeof(why));
+            else
+                rc = oobx__root_start(&roots[i].addr, roots[i].magic, &s, &h, why, sizeof(why));
+            if (rc != 0) {
+                rc = oobx__fail(NULL, rc, "rank %d cannot host root %d at %s: %s", rank, i, tok, why);
+                break;
+            }
+            hosted = roots[i].magic;
+            hosts_root = i;
+        }
+    }
+    if (rc == 0 && root_fd >= 0 && hosts_root < 0)
+        rc = oobx__fail(NULL, OOBX_ERR_INVALID,
+                        "rank %d: OOBX_ROOT_FD=%d is set, but this rank hosts none of the %d roots of OOBX_COMM_ID "
+                        "(root i is hosted by the first rank of block i): the launcher set it for the wrong rank",
+                        rank, root_fd, nids);
+    if (rc == 0) rc = oobx__comm_init_common(comm, nranks, rank, nids, roots, &s, cfg, hosted);
+    free(roots);
+    free(ids);
+    return rc;
+}
+
