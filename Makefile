@@ -126,6 +126,7 @@ include ucx/ucx.mk
 include verbs/verbs.mk
 include tools/tools.mk
 include tests/tests.mk
+include tests/launchers/launchers.mk
 include bench/bench.mk
 include docs/docs.mk
 

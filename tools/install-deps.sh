@@ -6,7 +6,7 @@
 set -u
 
 mode=${1:-test}
-base="gcc make pkg-config libc6-dev libucx-dev ucx-utils libhwloc-dev hwloc libcmocka-dev libibverbs-dev librdmacm-dev iproute2 procps libudev-dev"
+base="gcc make pkg-config libc6-dev libucx-dev ucx-utils libhwloc-dev hwloc libcmocka-dev libibverbs-dev librdmacm-dev iproute2 procps libudev-dev libsodium-dev"
 case "$mode" in
     test|demo) want="$base" ;;
     bench) want="$base g++ libbenchmark-dev python3-matplotlib openmpi-bin libopenmpi-dev mpich libmpich-dev" ;;

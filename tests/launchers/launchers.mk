@@ -1,0 +1,1 @@
+# make test-launchers: oobx jobs under srun, mpirun and mpiexec (docs/launchers.md)
