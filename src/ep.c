@@ -1,5 +1,6 @@
 /* The endpoint: tag matching, the unexpected queue, and the progress engine. */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -99,6 +100,14 @@ static void ux_left(oobx_ep_t *ep, const oobx_mq_t *q)
     if (q->kind == OOBX_MSG_COLL && ep->ncoll_ux) ep->ncoll_ux--;
 }
 
+/* Frees an unexpected message and gives its bytes back to its sender's allowance. */
+static void ux_free(oobx_ep_t *ep, oobx_ux_t *u)
+{
+    if (u->charged && ep->ux_bytes) ep->ux_bytes[u->hdr.src] -= u->hdr.len;
+    free(u->data);
+    free(u);
+}
+
 /* Takes the oldest posted receive off q (q goes when it is empty). */
 static oobx_rreq_t *rq_pop(oobx_ep_t *ep, oobx_mq_t *q)
 {
@@ -150,6 +159,7 @@ static void rreq_complete(oobx_rreq_t *r, size_t len, int status)
  * hellos carry the communicator's magic. */
 enum { CTRL_BYE = 1, CTRL_FAIL = 2, CTRL_PING = 3, CTRL_PONG = 4, CTRL_CTXFAIL = 5 };
 #define CTRL_TEXT_MAX 600
+#define CTRL_RX_MAX 4096 /* the largest control message taken in; larger ones are dropped */
 #define CTRL_FAIL_HDR 8
 
 typedef struct ctrl_rx {
@@ -489,14 +499,34 @@ void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag)
 
 /* ---- the sink: called by the transport with the lock held ---- */
 
+static void sink_peer_failed(void *core, int peer, int status, const char *what);
+
+/* A sender's message the endpoint cannot take (too much unexpected data, no
+ * memory): the sender is failed with why, the payload dropped. */
+static void *sink_refuse(oobx_ep_t *ep, const oobx_msg_hdr_t *hdr, int status, const char *why)
+{
+    if (!ep->failed[hdr->src]) OOBX_DEBUG(ep->log, "rank %d: %s", ep->rank, why);
+    sink_peer_failed(ep, hdr->src, status, why);
+    return NULL;
+}
+
 static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
 {
     oobx_ep_t *ep = core;
-    if (hdr->src >= 0 && hdr->src < ep->nranks && ep->talked) {
+    char why[400];
+    *cookie = NULL;
+    if (hdr->src < 0 || hdr->src >= ep->nranks) return NULL; /* transports check; never trusted blindly */
+    if (ep->talked) {
         ep->talked[hdr->src] = 1;
         if (hdr->kind != OOBX_MSG_CTRL) ep->used[hdr->src] = 1;
     }
     if (hdr->kind == OOBX_MSG_CTRL) {
+        /* control messages are small; anything larger is dropped unread */
+        if (hdr->len > CTRL_RX_MAX) {
+            OOBX_DEBUG(ep->log, "rank %d: dropped a %" PRIu64 "-byte control message from rank %d", ep->rank,
+                       hdr->len, hdr->src);
+            return NULL;
+        }
         ctrl_rx_t *m = malloc(sizeof(*m) + (size_t)hdr->len);
         if (!m) return NULL;
         m->is_ux = OOBX_REC_CTRL;
@@ -514,11 +544,8 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
         *cookie = r;
         inflight_add(ep, r);
         if (hdr->len <= r->cap) return hdr->len ? r->buf : NULL;
-        /* too large: take it in aside and fail the receive */
-        r->discard = malloc(hdr->len);
-        if (r->discard) return r->discard;
-        /* cannot even drop it in order; the stream must still be consumed */
-        r->discard = malloc(1);
+        /* too large: the transport drops the payload as it comes, and the receive fails */
+        r->truncated = 1;
         return NULL;
     }
     if (hdr->kind == OOBX_MSG_COLL) {
@@ -533,23 +560,31 @@ static void *sink_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie
             rreq_complete(r, 0, OOBX_ERR_MISMATCH);
         }
     }
+    if (ep->ux_bytes[hdr->src] + hdr->len > ep->ux_max || hdr->len > ep->ux_max) {
+        if (hdr->kind == OOBX_MSG_COLL && ep->ncoll_ux) ep->ncoll_ux--;
+        snprintf(why, sizeof(why),
+                 "rank %d sent a %" PRIu64 "-byte message that no receive was posted for, with %" PRIu64
+                 " bytes of its messages waiting already: more than OOBX_UNEXPECTED_MAX=%" PRIu64
+                 " from one rank (post the receive first, or raise OOBX_UNEXPECTED_MAX)",
+                 hdr->src, hdr->len, ep->ux_bytes[hdr->src], ep->ux_max);
+        return sink_refuse(ep, hdr, OOBX_ERR_NOMEM, why);
+    }
     oobx_ux_t *u = calloc(1, sizeof(*u));
-    if (!u) return NULL;
+    if (u && hdr->len && !(u->data = malloc(hdr->len))) {
+        free(u);
+        u = NULL;
+    }
+    q = u ? mq_find(ep, hdr->ctx, hdr->kind, hdr->src, hdr->tag, 1) : NULL;
+    if (!q) {
+        if (u) ux_free(ep, u);
+        if (hdr->kind == OOBX_MSG_COLL && ep->ncoll_ux) ep->ncoll_ux--;
+        snprintf(why, sizeof(why), "out of memory for a %" PRIu64 "-byte message from rank %d", hdr->len, hdr->src);
+        return sink_refuse(ep, hdr, OOBX_ERR_NOMEM, why);
+    }
     u->is_ux = OOBX_REC_UX;
     u->hdr = *hdr;
-    if (hdr->len) {
-        u->data = malloc(hdr->len);
-        if (!u->data) {
-            free(u);
-            return NULL;
-        }
-    }
-    q = mq_find(ep, hdr->ctx, hdr->kind, hdr->src, hdr->tag, 1);
-    if (!q) {
-        free(u->data);
-        free(u);
-        return NULL;
-    }
+    u->charged = 1;
+    ep->ux_bytes[hdr->src] += hdr->len;
     if (q->ux_tail) q->ux_tail->next = u;
     else q->ux_head = u;
     u->prev = q->ux_tail;
@@ -571,9 +606,8 @@ static void sink_msg_end(void *core, void *cookie)
     }
     if (((oobx_rreq_t *)cookie)->is_ux == OOBX_REC_RECV) {
         oobx_rreq_t *r = cookie;
-        if (r->discard) {
-            free(r->discard);
-            r->discard = NULL;
+        if (r->truncated) {
+            r->truncated = 0;
             rreq_complete(r, r->msg_len, OOBX_ERR_TRUNCATED);
         } else {
             rreq_complete(r, r->msg_len, 0);
@@ -591,11 +625,9 @@ static void sink_msg_end(void *core, void *cookie)
             r->msg_len = u->hdr.len;
             rreq_complete(r, u->hdr.len, OOBX_ERR_TRUNCATED);
         }
-        free(u->data);
-        free(u);
+        ux_free(ep, u);
     } else if (u->detached) {
-        free(u->data);
-        free(u);
+        ux_free(ep, u);
     }
 }
 
@@ -635,8 +667,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
                 else q->ux_tail = u->prev;
                 ux_left(ep, q);
                 inflight_del(ep, u);
-                free(u->data);
-                free(u);
+                ux_free(ep, u);
             }
             mq_drop_if_empty(ep, q);
         }
@@ -654,8 +685,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
         } else if (((oobx_rreq_t *)p)->is_ux == OOBX_REC_RECV) {
             oobx_rreq_t *r = p;
             if (r->src == peer) {
-                free(r->discard);
-                r->discard = NULL;
+                r->truncated = 0;
                 rreq_complete(r, 0, ep->failed[peer]);
                 ep->inflight[i] = ep->inflight[--ep->ninflight];
                 continue;
@@ -664,8 +694,7 @@ static void sink_peer_failed(void *core, int peer, int status, const char *what)
             oobx_ux_t *u = p;
             if (u->hdr.src == peer && u->detached) {
                 if (u->waiter) rreq_complete(u->waiter, 0, ep->failed[peer]);
-                free(u->data);
-                free(u);
+                ux_free(ep, u);
                 ep->inflight[i] = ep->inflight[--ep->ninflight];
                 continue;
             }
@@ -742,6 +771,7 @@ int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t *
     ep->refs = 1;
     ep->log = log;
     ep->spin_us = s->spin_us;
+    ep->ux_max = s->unexpected_max;
     ep->fail_job = strcmp(s->failure, "local") != 0;
     atomic_init(&ep->fail_rank, -1);
     ep->nbuckets = 1024;
@@ -770,7 +800,8 @@ int oobx__ep_set_size(oobx_ep_t *ep, int rank, int nranks)
     ep->departed = calloc((size_t)nranks, 1);
     ep->talked = calloc((size_t)nranks, 1);
     ep->used = calloc((size_t)nranks, 1);
-    return ep->failed && ep->failed_what && ep->departed && ep->talked && ep->used ? 0 : OOBX_ERR_NOMEM;
+    ep->ux_bytes = calloc((size_t)nranks, sizeof(*ep->ux_bytes));
+    return ep->failed && ep->failed_what && ep->departed && ep->talked && ep->used && ep->ux_bytes ? 0 : OOBX_ERR_NOMEM;
 }
 
 /* Tells every peer this endpoint talked with that it is leaving, so that its
@@ -809,16 +840,13 @@ void oobx__ep_release(oobx_ep_t *ep)
     /* Messages being written when the transport went away: first, while
      * every record is still allocated. A ux in the array is either detached
      * (out of every queue: freed here) or still in its queue (freed with the
-     * queue below); a receive's discard buffer is its own. */
+     * queue below). */
     for (size_t i = 0; i < ep->ninflight; i++) {
         oobx_ux_t *u = ep->inflight[i];
         if (u->is_ux == OOBX_REC_CTRL) {
             free(u); /* a control message cut short: only the endpoint has it */
         } else if (u->is_ux == OOBX_REC_UX && u->detached) {
-            free(u->data);
-            free(u);
-        } else if (u->is_ux == OOBX_REC_RECV) {
-            free(((oobx_rreq_t *)ep->inflight[i])->discard);
+            ux_free(ep, u);
         }
     }
     for (size_t b = 0; ep->buckets && b < ep->nbuckets; b++) {
@@ -826,8 +854,7 @@ void oobx__ep_release(oobx_ep_t *ep)
             nq = q->next;
             for (oobx_ux_t *u = q->ux_head, *nu; u; u = nu) {
                 nu = u->next;
-                free(u->data);
-                free(u);
+                ux_free(ep, u);
             }
             free(q);
         }
@@ -847,6 +874,7 @@ void oobx__ep_release(oobx_ep_t *ep)
     free(ep->departed);
     free(ep->talked);
     free(ep->used);
+    free(ep->ux_bytes);
     if (ep->wake_fd >= 0) close(ep->wake_fd);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
@@ -866,8 +894,7 @@ void oobx__ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx)
                     u->detached = 1; /* still arriving: freed by msg_end */
                     continue;
                 }
-                free(u->data);
-                free(u);
+                ux_free(ep, u);
             }
             q->ux_head = q->ux_tail = NULL;
             q->rq_head = q->rq_tail = NULL;
@@ -999,8 +1026,7 @@ static int irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag
             r->msg_len = u->hdr.len;
             rreq_complete(r, u->hdr.len, OOBX_ERR_TRUNCATED);
         }
-        free(u->data);
-        free(u);
+        ux_free(ep, u);
         return 0;
     }
     if (ep->failed[src]) {

@@ -32,7 +32,7 @@ typedef struct oobx_rreq {
     size_t cap;
     size_t received;
     int done, status;
-    char *discard; /* payload of a too-large message goes here */
+    int truncated; /* the message is larger than the buffer: its payload is dropped */
     size_t msg_len;
     int exact;     /* a collective's receive: a message of another size than cap is OOBX_ERR_MISMATCH */
     uint64_t tag;       /* as posted */
@@ -88,6 +88,7 @@ typedef struct oobx_ux {
     int complete;
     oobx_rreq_t *waiter; /* a receive posted while the message was still arriving */
     int detached;        /* out of its queue: freed when complete */
+    int charged;         /* counted in its sender's ux_bytes */
 } oobx_ux_t;
 
 typedef struct oobx_mq oobx_mq_t;
@@ -151,6 +152,8 @@ typedef struct oobx_ep {
     unsigned char *departed; /* per rank: said goodbye (released its endpoint) */
     unsigned char *talked;   /* per rank: a link to it may exist (sent, heard, ring): goodbyes go there */
     unsigned char *used;     /* per rank: a message of a call went to it or came from it */
+    uint64_t *ux_bytes;      /* per rank: bytes of its unexpected messages held */
+    uint64_t ux_max;         /* OOBX_UNEXPECTED_MAX: the most one rank's may hold */
     int ready;               /* an init through this endpoint succeeded: goodbyes are worth sending */
     /* Probes: a wait that timed out asks the ranks it still waits on whether
      * they answer (CTRL PING); their PONG lists the ranks they wait on. */

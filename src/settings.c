@@ -26,6 +26,7 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, ring, bruck, tree (auto: ring for large totals; for small ones Bruck, or tree (gather + broadcast, fewer messages) when a host runs more ranks than it has CPUs)", OOBX_SET_STR, S_(allgather_algo)},
     {"OOBX_ALLGATHER_BRUCK_MAX", "65536", "auto picks Bruck while nranks*bytes_per_rank is at most this, else the ring", OOBX_SET_SIZE, S_(bruck_max_bytes)},
     {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes)},
+    {"OOBX_UNEXPECTED_MAX", "1g", "bytes of messages no receive was posted for that one sender may have waiting; more fails that sender", OOBX_SET_SIZE, S_(unexpected_max)},
     {"OOBX_SPIN_US", "0", "microseconds to poll without sleeping before blocking on file descriptors", OOBX_SET_INT, S_(spin_us)},
     {"OOBX_TOPO_PCI", "", "PCI bus id (a GPU's) to pick the closest network device for; empty: this thread's CPUs", OOBX_SET_STR, S_(topo_pci)},
     {"OOBX_RING_SLOT_BYTES", "65536", "slot size of a registered ring buffer", OOBX_SET_SIZE, S_(ring_slot_bytes)},

@@ -23,6 +23,7 @@ typedef struct oobx_settings {
     size_t bruck_max_bytes;    /* OOBX_ALLGATHER_BRUCK_MAX: auto picks Bruck up to this total */
     size_t chunk_bytes;        /* OOBX_CHUNK_BYTES: pipeline chunk */
     int spin_us;               /* OOBX_SPIN_US: progress spin before blocking */
+    size_t unexpected_max;     /* OOBX_UNEXPECTED_MAX: unexpected bytes held per sender */
     char topo_pci[64];         /* OOBX_TOPO_PCI */
     size_t ring_slot_bytes;    /* OOBX_RING_SLOT_BYTES: registered ring buffer slot */
     int ring_slots;            /* OOBX_RING_SLOTS: slots per ring link */

@@ -25,6 +25,10 @@
 #define SK_HELLO_MS 10000         /* an accepted connection must say hello within this */
 #define SK_MAX_PENDING 1024       /* unidentified inbound connections kept at once */
 #define SK_ADDR_BYTES 24
+/* Payloads at least this big wait for the receiver's clear-to-send: a
+ * receiver that does not want one (too large for its receive) skips it
+ * unsent. One round trip is under 1% of such a transfer. */
+#define SK_RNDV_MIN (8u << 20)
 
 enum { SC_CONNECTING, SC_HELLO_OUT, SC_HELLO_IN, SC_READY, SC_DEAD, SC_RETRY };
 enum { RX_HDR, RX_BODY };
@@ -35,6 +39,8 @@ typedef struct sk_send {
     const char *payload;
     size_t len; /* payload bytes */
     size_t off; /* of OOBX_MSGHDR_BYTES + len sent */
+    int rndv;   /* the payload waits for the receiver's CTS (OOBX_FRAME_RTS) */
+    int cts;    /* the CTS_GO came */
     oobx_tp_req_t *req;
 } sk_send_t;
 
@@ -59,6 +65,8 @@ typedef struct sk_conn {
     void *cookie;
     /* send */
     sk_send_t *sq_head, *sq_tail;
+    unsigned char ctl[2 * OOBX_MSGHDR_BYTES]; /* CTS frames owed, written between messages */
+    size_t ctl_len, ctl_off;
 } sk_conn_t;
 
 typedef struct sk_peer {
@@ -101,12 +109,29 @@ static sk_tp_t *tp_of(oobx_tp_t *t)
     return (sk_tp_t *)t;
 }
 
+/* The head send has its header out and waits for the receiver's CTS. */
+static int send_waits_cts(const sk_send_t *s)
+{
+    return s && s->rndv && !s->cts && s->off >= OOBX_MSGHDR_BYTES;
+}
+
+static int conn_wants_out(const sk_conn_t *c)
+{
+    return c->ctl_off < c->ctl_len || (c->sq_head && !send_waits_cts(c->sq_head));
+}
+
+/* Nothing of a message is half written: a CTS frame may go now. */
+static int conn_at_boundary(const sk_conn_t *c)
+{
+    return !c->sq_head || c->sq_head->off == 0 || send_waits_cts(c->sq_head);
+}
+
 static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
 {
     if (c->fd < 0) return;
     uint32_t ev = EPOLLIN;
     /* a hello goes out in one send: HELLO_OUT only waits for the answer */
-    if (c->state == SC_CONNECTING || (c->state == SC_READY && c->sq_head)) ev |= EPOLLOUT;
+    if (c->state == SC_CONNECTING || (c->state == SC_READY && conn_wants_out(c))) ev |= EPOLLOUT;
     if (ev == c->ev) return;
     struct epoll_event e = {.events = ev, .data.ptr = c};
     epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &e);
@@ -312,17 +337,46 @@ static void send_hello(sk_tp_t *t, sk_conn_t *c, int type)
 
 /* ---- sending ------------------------------------------------------------------ */
 
-/* Writes as much of c's queue as the socket takes. */
+static void send_fail(sk_tp_t *t, sk_conn_t *c, int err)
+{
+    char who[160], what[300];
+    peer_describe(t, c->peer, who, sizeof(who));
+    snprintf(what, sizeof(what), "send to %s failed: %s", who, strerror(err));
+    conn_fail(t, c, OOBX_ERR_REMOTE, what);
+}
+
+/* Bytes of s that go before it must wait (a rendezvous header before its CTS). */
+static size_t send_total(const sk_send_t *s)
+{
+    return OOBX_MSGHDR_BYTES + (s->rndv && !s->cts ? 0 : s->len);
+}
+
+/* Writes as much of c's queue (and the CTS frames owed) as the socket takes. */
 static void conn_flush(sk_tp_t *t, sk_conn_t *c)
 {
-    while (c->sq_head) {
+    for (;;) {
+        if (c->ctl_off < c->ctl_len && (c->ctl_off > 0 || conn_at_boundary(c))) {
+            ssize_t w = send(c->fd, c->ctl + c->ctl_off, c->ctl_len - c->ctl_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+                if (errno == EINTR) continue;
+                send_fail(t, c, errno);
+                return;
+            }
+            c->ctl_off += (size_t)w;
+            if (c->ctl_off < c->ctl_len) break;
+            c->ctl_off = c->ctl_len = 0;
+            continue;
+        }
+        if (!c->sq_head || send_waits_cts(c->sq_head)) break;
         struct iovec iov[64];
         int n = 0;
+        size_t want = 0;
         for (sk_send_t *s = c->sq_head; s && n < 62; s = s->next) {
             if (s->off < OOBX_MSGHDR_BYTES) {
                 iov[n].iov_base = s->hdr + s->off;
                 iov[n++].iov_len = OOBX_MSGHDR_BYTES - s->off;
-                if (s->len) {
+                if (s->len && send_total(s) > OOBX_MSGHDR_BYTES) {
                     iov[n].iov_base = (void *)s->payload;
                     iov[n++].iov_len = s->len;
                 }
@@ -331,36 +385,49 @@ static void conn_flush(sk_tp_t *t, sk_conn_t *c)
                 iov[n].iov_base = (void *)(s->payload + done);
                 iov[n++].iov_len = s->len - done;
             }
+            want += send_total(s) - s->off;
+            /* a rendezvous header, or a CTS owed, ends the batch */
+            if (send_total(s) == OOBX_MSGHDR_BYTES && s->rndv) break;
+            if (c->ctl_len) break;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) break;
             if (errno == EINTR) continue;
-            char who[160], what[300];
-            peer_describe(t, c->peer, who, sizeof(who));
-            snprintf(what, sizeof(what), "send to %s failed: %s", who, strerror(errno));
-            conn_fail(t, c, OOBX_ERR_REMOTE, what);
+            send_fail(t, c, errno);
             return;
         }
         size_t left = (size_t)w;
-        while (c->sq_head) {
+        while (c->sq_head && left) {
             sk_send_t *s = c->sq_head;
-            size_t need = OOBX_MSGHDR_BYTES + s->len - s->off;
+            size_t need = send_total(s) - s->off;
             if (left < need) {
                 s->off += left;
                 break;
             }
             left -= need;
+            s->off = send_total(s);
+            if (send_waits_cts(s)) break;
             c->sq_head = s->next;
             if (!c->sq_head) c->sq_tail = NULL;
             s->req->status = 0;
             s->req->done = 1;
             free(s);
         }
-        if (left == 0 && c->sq_head && c->sq_head->off > 0) break; /* socket buffer full */
+        if ((size_t)w < want) break; /* socket buffer full */
     }
     conn_set_events(t, c);
+}
+
+/* Owes the peer a CTS frame (go: send the payload; else skip it). */
+static int conn_owe_cts(sk_tp_t *t, sk_conn_t *c, int go)
+{
+    if (c->ctl_len + OOBX_MSGHDR_BYTES > sizeof(c->ctl)) return -1;
+    oobx_msg_hdr_t h = {.src = t->rank, .kind = go ? OOBX_FRAME_CTS_GO : OOBX_FRAME_CTS_SKIP};
+    oobx__msghdr_encode(&h, c->ctl + c->ctl_len);
+    c->ctl_len += OOBX_MSGHDR_BYTES;
+    return 0;
 }
 
 static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const void *payload, oobx_tp_req_t *req)
@@ -375,7 +442,8 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
         return oobx__fail(t->log, OOBX_ERR_REMOTE, "socket: %s failed earlier; cannot send to it", who);
     }
     sk_conn_t *rc_ = pp->conn;
-    if (rc_ && rc_->state == SC_READY && !rc_->sq_head) {
+    int rndv = hdr->len >= SK_RNDV_MIN;
+    if (rc_ && rc_->state == SC_READY && !rc_->sq_head && !rc_->ctl_len && !rndv) {
         /* the common case: an idle connection takes the whole message at once */
         unsigned char h[OOBX_MSGHDR_BYTES];
         oobx__msghdr_encode(hdr, h);
@@ -394,6 +462,7 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
                 return OOBX_ERR_NOMEM;
             }
             memcpy(s->hdr, h, OOBX_MSGHDR_BYTES);
+            s->rndv = s->cts = 0;
             s->payload = payload;
             s->len = hdr->len;
             s->off = w > 0 ? (size_t)w : 0;
@@ -407,9 +476,12 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
         }
         /* a hard error: the queued path below reports it through conn_flush */
     }
-    sk_send_t *s = malloc(sizeof(*s));
+    sk_send_t *s = calloc(1, sizeof(*s));
     if (!s) return OOBX_ERR_NOMEM;
-    oobx__msghdr_encode(hdr, s->hdr);
+    oobx_msg_hdr_t wire = *hdr;
+    if (rndv) wire.kind |= OOBX_FRAME_RTS;
+    oobx__msghdr_encode(&wire, s->hdr);
+    s->rndv = rndv;
     s->payload = payload;
     s->len = hdr->len;
     s->off = 0;
@@ -462,16 +534,58 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                 return -1;
             }
             c->s_head += OOBX_MSGHDR_BYTES;
+            if (c->cur.kind == OOBX_FRAME_CTS_GO || c->cur.kind == OOBX_FRAME_CTS_SKIP) {
+                sk_send_t *s = c->sq_head;
+                if (!send_waits_cts(s)) {
+                    conn_protocol_error(t, c, "clear-to-send for no message that waits for one");
+                    return -1;
+                }
+                if (c->cur.kind == OOBX_FRAME_CTS_GO) {
+                    s->cts = 1;
+                } else {
+                    /* the receiver drops it: done without sending the payload */
+                    c->sq_head = s->next;
+                    if (!c->sq_head) c->sq_tail = NULL;
+                    s->req->status = 0;
+                    s->req->done = 1;
+                    free(s);
+                }
+                conn_flush(t, c);
+                if (c->state == SC_DEAD) return -1;
+                continue;
+            }
+            int rts = (c->cur.kind & OOBX_FRAME_RTS) != 0;
+            c->cur.kind &= ~(uint32_t)OOBX_FRAME_RTS;
+            if (rts && c->cur.len < SK_RNDV_MIN) {
+                conn_protocol_error(t, c, "rendezvous for a small message");
+                return -1;
+            }
             c->cookie = NULL;
             c->dst = t->p.sink.msg_begin(t->p.sink.core, &c->cur, &c->cookie);
             c->got = 0;
             c->rx = RX_BODY;
+            if (rts) {
+                if (conn_owe_cts(t, c, c->dst != NULL) != 0) {
+                    conn_protocol_error(t, c, "a rendezvous before the last one's clear-to-send went out");
+                    return -1;
+                }
+                if (!c->dst) {
+                    /* skipped: the payload never comes */
+                    c->rx = RX_HDR;
+                    void *cookie = c->cookie;
+                    c->cookie = NULL;
+                    t->p.sink.msg_end(t->p.sink.core, cookie);
+                }
+                conn_flush(t, c);
+                if (c->state == SC_DEAD) return -1;
+                if (c->rx == RX_HDR) continue;
+            }
             avail = c->s_tail - c->s_head;
         }
         size_t need = c->cur.len - c->got;
         size_t take = avail < need ? avail : need;
         if (take) {
-            memcpy(c->dst + c->got, c->stage + c->s_head, take);
+            if (c->dst) memcpy(c->dst + c->got, c->stage + c->s_head, take); /* NULL: dropped */
             c->got += take;
             c->s_head += take;
         }
@@ -515,7 +629,7 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
     size_t budget = 16u << 20; /* then let other connections have a turn */
     while (budget > 0 && c->state == SC_READY) {
         ssize_t n;
-        if (c->rx == RX_BODY && c->cur.len - c->got >= SK_DIRECT_MIN && c->s_head == c->s_tail) {
+        if (c->rx == RX_BODY && c->dst && c->cur.len - c->got >= SK_DIRECT_MIN && c->s_head == c->s_tail) {
             n = recv(c->fd, c->dst + c->got, c->cur.len - c->got, MSG_DONTWAIT);
             if (n > 0) {
                 c->got += (size_t)n;

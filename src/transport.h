@@ -62,9 +62,11 @@ typedef struct oobx_tp_req {
 typedef struct oobx_tp_sink {
     void *core;
     /* A message has begun to arrive. Returns where its hdr->len payload bytes
-     * go (never NULL when len > 0: the core allocates or gives a discard
-     * buffer) and a cookie for msg_end. The pointer stays valid until
-     * msg_end. Payload may be written in any number of pieces. */
+     * go and a cookie for msg_end. The pointer stays valid until msg_end.
+     * Payload may be written in any number of pieces. NULL with len > 0: the
+     * core does not want the payload (too large for the receive, or more
+     * than the sender may have waiting): the transport consumes it without
+     * storing it (or has the sender skip it) and still calls msg_end. */
     void *(*msg_begin)(void *core, const oobx_msg_hdr_t *hdr, void **cookie);
     /* All of the payload of the message of this cookie is in place. */
     void (*msg_end)(void *core, void *cookie);

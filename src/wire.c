@@ -238,7 +238,13 @@ int oobx__msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, 
                  oobx__get_u16(in + 30), OOBX_MSGHDR_CHECK);
         return OOBX_ERR_PROTOCOL;
     }
-    if (v.kind < OOBX_MSG_P2P || v.kind > OOBX_MSG_CTRL) {
+    uint32_t base = v.kind & ~(uint32_t)OOBX_FRAME_RTS;
+    if (v.kind == OOBX_FRAME_CTS_GO || v.kind == OOBX_FRAME_CTS_SKIP) {
+        if (v.len != 0) {
+            snprintf(why, whylen, "clear-to-send frame with %llu payload bytes", (unsigned long long)v.len);
+            return OOBX_ERR_PROTOCOL;
+        }
+    } else if (base < OOBX_MSG_P2P || base > OOBX_MSG_CTRL) {
         snprintf(why, whylen, "message of unknown kind %u", v.kind);
         return OOBX_ERR_PROTOCOL;
     }

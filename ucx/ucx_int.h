@@ -60,6 +60,7 @@ typedef struct ucx_rrec {
     int begun;              /* handled: msg_begin called (if a message) */
     int complete;           /* payload in place */
     int has_msg;            /* msg_end is owed */
+    int dropped;            /* the core wants no payload: DATA is received into nothing */
     int status;
     void *cookie;
     unsigned char small[UCX_INLINE_MAX]; /* buf of a small message */

@@ -201,8 +201,11 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
     req->done = 0;
     req->status = 0;
     /* the ring is for bandwidth: a small message goes as one tag message
-     * (a doorbell costs as much), unless ring messages wait before it */
-    if (tp->rtx.active && tp->rtx.peer == peer && (hdr->len > UCX_EAGER_MAX || tp->rtx.q_head)) {
+     * (a doorbell costs as much), and so does a large one (received in place
+     * by UCX's rendezvous, or not at all when the receiver does not want it),
+     * unless ring messages wait before it */
+    int tag_path = hdr->len <= UCX_EAGER_MAX || hdr->len >= UCX_RING_DIRECT_MIN;
+    if (tp->rtx.active && tp->rtx.peer == peer && (!tag_path || tp->rtx.q_head)) {
         if (tp->rtx.q_tail)
             tp->rtx.q_tail->next = s;
         else
@@ -233,7 +236,8 @@ static void ucx_data_cb(void *request, ucs_status_t status, const ucp_tag_recv_i
     (void)request;
     (void)info;
     ucx_rrec_t *r = user_data;
-    if (status != UCS_OK && !r->status) r->status = ucx_status(status);
+    if (status != UCS_OK && !r->status && !(status == UCS_ERR_MESSAGE_TRUNCATED && r->dropped))
+        r->status = ucx_status(status);
     r->complete = 1;
     if (r->peer >= 0) ucx_mark_dirty(r->tp, r->peer);
 }
@@ -301,23 +305,27 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
         void *dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
         r->has_msg = 1;
         if (r->type == UCX_T_EAGER) {
-            if (m.hdr.len) memcpy(dst, m.payload, m.hdr.len);
+            if (m.hdr.len && dst) memcpy(dst, m.payload, m.hdr.len);
             return;
         }
         r->complete = 0;
+        /* a payload the core drops: received into nothing, UCX discards it
+         * (and a rendezvous sender is told so without sending it) */
+        r->dropped = dst == NULL;
         ucp_request_param_t prm = {
             .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
             .cb.recv = ucx_data_cb,
             .user_data = r,
         };
-        ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst, m.hdr.len,
+        ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst ? dst : r->small, dst ? m.hdr.len : 0,
                                                 UCX_TAG_DATA | ucx_tag(0, r->peer, ucx_tag_seq(r->tag)),
                                                 ~0ull, &prm);
         if (ptr == NULL) {
             r->complete = 1;
         } else if (UCS_PTR_IS_ERR(ptr)) {
             r->complete = 1;
-            r->status = ucx_status(UCS_PTR_STATUS(ptr));
+            if (!(r->dropped && UCS_PTR_STATUS(ptr) == UCS_ERR_MESSAGE_TRUNCATED))
+                r->status = ucx_status(UCS_PTR_STATUS(ptr));
         } else {
             r->data_ureq = ptr;
             if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->complete = 1;
@@ -356,7 +364,7 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
                 r->complete = 0;
                 rx->cur = r;
             }
-            if (ev.len) memcpy((char *)rx->dest + ev.off, ev.data, ev.len);
+            if (ev.len && rx->dest) memcpy((char *)rx->dest + ev.off, ev.data, ev.len);
             if (ev.last) {
                 rx->cur->complete = 1;
                 rx->cur = NULL;

@@ -20,6 +20,7 @@
 #define UCX_BLOB_MAGIC 0x5543584fu /* "OXCU" */
 #define UCX_BLOB_VERSION 1
 #define UCX_EAGER_MAX 8192u        /* payload bytes sent in one message */
+#define UCX_RING_DIRECT_MIN (8u << 20) /* ring-link messages this large go as tag messages */
 #define UCX_CTRL_MAX 4096u         /* largest control message (SETUP) */
 
 /* The 64-bit UCX tag: DATA (bit 63), type (62-59), sender rank (58-32),

@@ -450,7 +450,7 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
         if (!tp->destroying) {
             void *dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
             r->has_msg = 1;
-            if (m.hdr.len) memcpy(dst, m.payload, m.hdr.len);
+            if (m.hdr.len && dst) memcpy(dst, m.payload, m.hdr.len);
         }
         verbs_peer_drain(tp, peer);
         return;
@@ -468,6 +468,16 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
         r->dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
         r->has_msg = 1;
         tp->st.rndv_rx++;
+        if (!r->dst) {
+            /* the core drops this payload: nothing is read, the FIN frees the sender */
+            r->rndv = 0;
+            p->unread--;
+            r->complete = 1;
+            verbs_ctrl_queue(tp, peer, VERBS_T_FIN, &r->id, sizeof(r->id));
+            verbs_peer_drain(tp, peer);
+            verbs_mark_dirty(tp, peer);
+            return;
+        }
         r->mr = ibv_reg_mr(tp->pd, r->dst, m.hdr.len, IBV_ACCESS_LOCAL_WRITE);
         if (!r->mr) {
             verbs_peer_fail(tp, peer, OOBX_ERR_NOMEM,
@@ -758,7 +768,10 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
     s->payload = payload;
     size_t len = hdr->len;
     int access = -1;
-    if (tp->tx_active && tp->tx_peer == peer) {
+    /* the ring is for small and medium messages; a large one is read by the
+     * receiver straight into place (and not at all when it does not want
+     * it), after what the ring carries before it: one queue per peer */
+    if (tp->tx_active && tp->tx_peer == peer && len < VERBS_RING_DIRECT_MIN) {
         s->type = VERBS_SEND_RING;
         if (len > VERBS_BUF_BYTES - RINGBUF_HEAD_MAX) access = 0;
     } else if (len <= VERBS_EAGER_MAX) {

@@ -7,6 +7,7 @@
  *   OOBX_TEST_MAX_RANKS=N               cases with more ranks are skipped
  *   OOBX_TEST_FILTER=glob               only the cases whose name matches
  */
+#include <errno.h>
 #include <fnmatch.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -695,6 +697,61 @@ static int rank_bad_args(harness_rank_t *r)
     return 0;
 }
 
+/* Peak resident memory of this process, in bytes (VmHWM). */
+static size_t peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+/* A huge message into a small receive: OOBX_ERR_TRUNCATED with both sizes,
+ * memory bounded on both sides (the sender's buffer is an untouched
+ * MAP_NORESERVE mapping; the receiver never holds the message), and the
+ * link still works. p.sizes[0]: the message. */
+static int rank_huge_truncated(harness_rank_t *r)
+{
+    oobx_comm_t c;
+    H_OK(r, harness_comm_init(r, &c));
+    size_t big = ((const conf_params_t *)r->arg)->sizes[0];
+    const size_t bound = 256u << 20;
+    char small[16];
+    H_OK(r, oobx_barrier(c));
+    size_t before = peak_rss();
+    if (r->rank == 0) {
+        char *huge = mmap(NULL, big, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (huge == MAP_FAILED) H_FAIL(r, "mmap of %zu bytes: %s", big, strerror(errno));
+        /* the receive is posted by then: unexpected, the message would fail this rank */
+        usleep(300000);
+        H_OK(r, oobx_send(c, 1, 9, huge, big));
+        munmap(huge, big);
+        memset(small, 7, sizeof small);
+        H_OK(r, oobx_send(c, 1, 10, small, sizeof small));
+    } else if (r->rank == 1) {
+        size_t got = 0;
+        H_RC(r, oobx_recv(c, 0, 9, small, sizeof small, &got), OOBX_ERR_TRUNCATED);
+        char want[32];
+        snprintf(want, sizeof want, "%zu", big);
+        if (!strstr(oobx_last_error(), want))
+            H_FAIL(r, "the truncation error should give the message size %s: \"%s\"", want, oobx_last_error());
+        H_OK(r, oobx_recv(c, 0, 10, small, sizeof small, &got));
+        H_EQ(r, got, sizeof small, "bytes of the message after the truncated one");
+        for (size_t i = 0; i < sizeof small; i++)
+            if (small[i] != 7) H_FAIL(r, "byte %zu of the message after the truncated one is %d, want 7", i, small[i]);
+    }
+    size_t after = peak_rss();
+    if (after > before + bound)
+        H_FAIL(r, "rank %d: peak memory grew by %zu MiB over a %zu GiB message (bound %zu MiB)", r->rank,
+               (after - before) >> 20, big >> 30, bound >> 20);
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
 /* A malformed setting is OOBX_ERR_INVALID naming the variable. */
 static int rank_bad_setting(harness_rank_t *r)
 {
@@ -1088,6 +1145,9 @@ static void build_cases(conf_suite_t *s)
     add_case(s, "bad_args_n1", rank_bad_args, 1, 1);
     add_case(s, "bad_args_n2", rank_bad_args, 2, 1);
     add_case(s, "bad_args_n3_roots2", rank_bad_args, 3, 2);
+    c = add_case(s, "huge_send_small_recv_n2", rank_huge_truncated, 2, 1);
+    c->p.sizes[c->p.nsizes++] = (size_t)40 << 30;
+    c->job.call_timeout_ms = 120000;
     c = add_case(s, "bad_setting_n1", rank_bad_setting, 1, 1);
     c->env[0] = "OOBX_ALLGATHER_ALGO=bogus";
     c = add_case(s, "abort_flag_blocked_recv_n2", rank_abort, 2, 1);
