@@ -11,7 +11,11 @@
  * so the same on every rank), each batch starts after a barrier, and the time
  * of a batch is the maximum over ranks. MPI_Init is timed from main() entry to
  * its return, maximum of the ends minus minimum of the starts (one machine,
- * one clock). The JSON file has Google Benchmark's layout.
+ * one clock). The CPU time of an operation is the process CPU time of the
+ * batches, maximum over ranks, divided by the operations (these libraries
+ * poll: it is close to the real time). The JSON file has Google Benchmark's
+ * layout, as oobx-bench writes it: per-operation real_time and cpu_time,
+ * numbers as numbers.
  */
 #include <mpi.h>
 
@@ -44,12 +48,20 @@ typedef struct {
     FILE *json;
     int nresults;
     double best; /* best batch of the last run_batches, seconds per op */
+    double cpu;  /* CPU seconds per op of the last run_batches, maximum over ranks */
 } peer_t;
 
 static double realtime_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -165,35 +177,74 @@ static double run_batches(peer_t *p, op_fn op, void *arg, long *ops_out)
         inner = 1;
     if (inner > p->opt.max_inner)
         inner = p->opt.max_inner;
-    double total = 0;
+    double total = 0, cpu = 0;
     long ops = 0;
     for (int b = 0; b < p->opt.batches; b++) {
         MPI_Barrier(MPI_COMM_WORLD);
+        double c0 = cpu_s();
         t0 = MPI_Wtime();
         for (long i = 0; i < inner; i++)
             op(p, arg);
-        double dt = max_over_ranks(MPI_Wtime() - t0);
+        double mine[2] = {MPI_Wtime() - t0, cpu_s() - c0}, most[2];
+        MPI_Allreduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double dt = most[0];
         if (b == 0 || dt / (double)inner < p->best)
             p->best = dt / (double)inner;
         total += dt;
+        cpu += most[1];
         ops += inner;
     }
     *ops_out = ops;
+    p->cpu = cpu / (double)ops;
     return total / (double)ops;
 }
 
-/* One Google-Benchmark-shaped entry; time in microseconds. */
-static void report(peer_t *p, const char *name, double time_s, double best_s, long ops, size_t bytes,
-                   int has_bytes, double algbw, double busbw, const char *extra)
+/* A time in plain units: 15.50 µs, 1.234 ms, 2.000 s */
+static const char *plain_time(char *buf, size_t len, double us)
+{
+    const char *unit = "µs";
+    if (us >= 1e6) {
+        us /= 1e6;
+        unit = "s";
+    } else if (us >= 1000) {
+        us /= 1000;
+        unit = "ms";
+    }
+    snprintf(buf, len, us < 10 ? "%.3f %s" : us < 100 ? "%.2f %s" : "%.1f %s", us, unit);
+    return buf;
+}
+
+/* s right-aligned in width columns of the terminal ("µ" is two bytes, one column) */
+static void print_col(const char *s, int width)
+{
+    int cols = 0;
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+        cols += (*c & 0xc0) != 0x80;
+    printf(" %*s%s", width > cols ? width - cols : 0, "", s);
+}
+
+/* One Google-Benchmark-shaped entry, printed and written to the JSON file;
+ * the arguments are seconds per operation, the JSON's times microseconds. */
+static void report(peer_t *p, const char *name, double time_s, double best_s, double cpu_s_op, long ops,
+                   size_t bytes, int has_bytes, double algbw, double busbw, const char *extra)
 {
     if (p->rank != 0)
         return;
-    double us = time_s * 1e6;
-    if (has_bytes)
-        printf("%-28s %12.2f us %12ld ops %10.3f GB/s algbw %10.3f GB/s busbw\n", name, us, ops,
-               algbw, busbw);
-    else
-        printf("%-28s %12.2f us %12ld ops\n", name, us, ops);
+    double us = time_s * 1e6, cpu_us = cpu_s_op * 1e6;
+    char t[32], b[32], c[32];
+    if (p->nresults == 0)
+        printf("%-24s %12s %12s %12s %12s %15s %15s\n", "benchmark", "time", "best", "cpu", "ops",
+               "algbw", "busbw");
+    printf("%-24s", name);
+    print_col(plain_time(t, sizeof t, us), 12);
+    print_col(plain_time(b, sizeof b, best_s * 1e6), 12);
+    print_col(plain_time(c, sizeof c, cpu_us), 12);
+    printf(" %12ld", ops);
+    for (int i = 0; has_bytes && i < 2; i++) {
+        double bw = i ? busbw : algbw;
+        printf(bw < 0.01 ? " %10.6f GB/s" : " %10.3f GB/s", bw);
+    }
+    printf("\n");
     fflush(stdout);
     if (p->json == NULL)
         return;
@@ -202,9 +253,9 @@ static void report(peer_t *p, const char *name, double time_s, double best_s, lo
             "      \"run_type\": \"iteration\",\n      \"iterations\": %d,\n"
             "      \"real_time\": %.6f,\n      \"cpu_time\": %.6f,\n      \"time_unit\": \"us\",\n"
             "      \"ops\": %ld,\n      \"ranks\": %d,\n      \"lat_us\": %.6f,\n"
-            "      \"min_us\": %.6f",
-            p->nresults ? ",\n" : "", name, name, p->opt.batches, us, us, ops, p->nranks, us,
-            best_s * 1e6);
+            "      \"min_us\": %.6f,\n      \"cpu_us\": %.6f",
+            p->nresults ? ",\n" : "", name, name, p->opt.batches, us, cpu_us, ops, p->nranks, us,
+            best_s * 1e6, cpu_us);
     if (has_bytes)
         fprintf(p->json,
                 ",\n      \"bytes\": %zu,\n      \"algbw_GBps\": %.6f,\n      \"busbw_GBps\": %.6f",
@@ -212,6 +263,7 @@ static void report(peer_t *p, const char *name, double time_s, double best_s, lo
     if (extra)
         fprintf(p->json, ",\n%s", extra);
     fprintf(p->json, "\n    }");
+    fflush(p->json);
     p->nresults++;
 }
 
@@ -278,9 +330,9 @@ static void op_stream(peer_t *p, void *arg)
 
 int main(int argc, char **argv)
 {
-    double start = realtime_s();
+    double start = realtime_s(), start_cpu = cpu_s();
     MPI_Init(&argc, &argv);
-    double end = realtime_s();
+    double end = realtime_s(), init_cpu = cpu_s() - start_cpu;
 
     peer_t p;
     memset(&p, 0, sizeof p);
@@ -309,8 +361,8 @@ int main(int argc, char **argv)
         }
         fprintf(p.json,
                 "{\n  \"context\": {\n    \"impl\": \"mpi\",\n    \"variant\": \"%s\",\n"
-                "    \"ranks\": \"%d\",\n    \"library\": \"%s\",\n    \"batches\": \"%d\",\n"
-                "    \"batch_ms\": \"%g\"\n  },\n  \"benchmarks\": [\n",
+                "    \"ranks\": %d,\n    \"library\": \"%s\",\n    \"batches\": %d,\n"
+                "    \"batch_ms\": %g\n  },\n  \"benchmarks\": [\n",
                 p.opt.variant, p.nranks, lib, p.opt.batches, p.opt.batch_ms);
     }
     if (p.rank == 0)
@@ -320,8 +372,9 @@ int main(int argc, char **argv)
     double min_start = 0, max_end = 0;
     MPI_Reduce(&start, &min_start, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
     MPI_Reduce(&end, &max_end, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    init_cpu = max_over_ranks(init_cpu);
     if (wants(&p.opt, "init"))
-        report(&p, "mpi_init", max_end - min_start, max_end - min_start, 1, 0, 0, 0, 0, NULL);
+        report(&p, "mpi_init", max_end - min_start, max_end - min_start, init_cpu, 1, 0, 0, 0, 0, NULL);
 
     const int n = p.nranks;
     char name[64];
@@ -334,7 +387,7 @@ int main(int argc, char **argv)
         double t = run_batches(&p, op_allgather, &s, &ops);
         double algbw = (double)n * (double)size / t / 1e9;
         snprintf(name, sizeof name, "allgather/%zu", size);
-        report(&p, name, t, p.best, ops, size, 1, algbw, algbw * (n - 1) / n, NULL);
+        report(&p, name, t, p.best, p.cpu, ops, size, 1, algbw, algbw * (n - 1) / n, NULL);
         free(s.buf);
     }
     for (int i = 0; i < p.opt.nsizes && wants(&p.opt, "bcast"); i++) {
@@ -346,13 +399,13 @@ int main(int argc, char **argv)
         double t = run_batches(&p, op_bcast, &s, &ops);
         double algbw = (double)size / t / 1e9;
         snprintf(name, sizeof name, "bcast/%zu", size);
-        report(&p, name, t, p.best, ops, size, 1, algbw, algbw, NULL);
+        report(&p, name, t, p.best, p.cpu, ops, size, 1, algbw, algbw, NULL);
         free(s.buf);
     }
     if (wants(&p.opt, "barrier")) {
         long ops;
         double t = run_batches(&p, op_barrier, NULL, &ops);
-        report(&p, "barrier", t, p.best, ops, 0, 0, 0, 0, NULL);
+        report(&p, "barrier", t, p.best, p.cpu, ops, 0, 0, 0, 0, NULL);
     }
     for (int i = 0; i < p.opt.nsizes && n >= 2 && wants(&p.opt, "pingpong"); i++) {
         size_t size = p.opt.sizes[i];
@@ -365,7 +418,7 @@ int main(int argc, char **argv)
         char extra[64];
         snprintf(extra, sizeof extra, "      \"rtt_us\": %.6f", rtt * 1e6);
         snprintf(name, sizeof name, "pingpong/%zu", size);
-        report(&p, name, rtt / 2, p.best / 2, ops, size, 1, bw, bw, extra);
+        report(&p, name, rtt / 2, p.best / 2, p.cpu / 2, ops, size, 1, bw, bw, extra);
         free(s.buf);
     }
     for (int i = 0; i < p.opt.nsizes && n >= 2 && wants(&p.opt, "stream_bw"); i++) {
@@ -379,7 +432,7 @@ int main(int argc, char **argv)
         char extra[64];
         snprintf(extra, sizeof extra, "      \"window\": %d", p.opt.window);
         snprintf(name, sizeof name, "stream_bw/%zu", size);
-        report(&p, name, t, p.best / p.opt.window, ops, size, 1, bw, bw, extra);
+        report(&p, name, t, p.best / p.opt.window, p.cpu / p.opt.window, ops, size, 1, bw, bw, extra);
         free(s.buf);
     }
 

@@ -3,14 +3,18 @@
 //   oobx-run -n 8 -- build/bin/oobx-bench [--sizes=8,1024] [--batches=5]
 //            [--batch-ms=30] [--max-buffer=BYTES] [--window=64] [--variant=NAME]
 //            [--benchmark_filter=REGEX] [--benchmark_out=FILE --benchmark_out_format=json]
+//   oobx-bench --help     (needs no job)
 //
 // Every benchmark iteration is one batch of operations. The batch size is
 // chosen from a warm-up whose time is the maximum over ranks, so every rank
 // computes the same count and runs the same number of operations; Google
 // Benchmark's own adaptive count differs between processes and would
 // deadlock. The time reported for an operation is the batch time, maximum
-// over ranks, divided by the operations in the batch (manual timing). Rank 0
-// prints the table and writes the JSON file; the other ranks report nothing.
+// over ranks, divided by the operations in the batch (manual timing); its CPU
+// time is the process CPU time of the batch, maximum over ranks, divided the
+// same way. Rank 0 prints the table (plain units: µs, ms, GB/s) and writes the
+// JSON file (per-operation real_time and cpu_time, numbers as numbers); the
+// other ranks report nothing.
 //
 // Conventions (OSU micro-benchmarks and nccl-tests): an allgather's size is
 // bytes per rank; algbw = nranks * size / t, busbw = algbw * (n - 1) / n, in
@@ -26,10 +30,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -71,6 +79,14 @@ double now_s()
     return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+// CPU time of the whole process (all its threads)
+double cpu_s()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
 // Thrown on the first failure: unwinding out of RunSpecifiedBenchmarks closes
 // rank 0's JSON file with the results so far (bench/results.py reads a file
 // cut short), then main returns 2.
@@ -107,10 +123,27 @@ double max_over_ranks(Job &job, double v)
     return *std::max_element(job.gather.begin(), job.gather.end());
 }
 
+// The maxima over ranks of a and of b, in one allgather.
+void max2_over_ranks(Job &job, double a, double b, double *max_a, double *max_b)
+{
+    job.gather.assign(2 * size_t(job.nranks), 0.0);
+    job.gather[2 * size_t(job.rank)] = a;
+    job.gather[2 * size_t(job.rank) + 1] = b;
+    CHECK(job, oobx_allgather(job.comm, job.gather.data(), 2 * sizeof(double)));
+    *max_a = *max_b = 0;
+    for (int r = 0; r < job.nranks; r++) {
+        *max_a = std::max(*max_a, job.gather[2 * size_t(r)]);
+        *max_b = std::max(*max_b, job.gather[2 * size_t(r) + 1]);
+    }
+}
+
 // Runs op in batches; returns the mean time of one op in seconds (maximum over
 // ranks of each batch). Every rank must call this with the same arguments.
 // The time reported for an iteration is the op's time divided by per_op_div
-// (2 for a round trip reported one-way, the window for a stream).
+// (2 for a round trip reported one-way, the window for a stream); the CPU
+// time (counter cpu_us, the JSON's cpu_time) is divided the same way. It is
+// the process's CPU time, every thread of it (a transport's progress thread
+// included), maximum over ranks.
 template <class Op>
 double run_batches(benchmark::State &st, Job &job, Op &&op, double per_op_div = 1.0)
 {
@@ -135,22 +168,27 @@ double run_batches(benchmark::State &st, Job &job, Op &&op, double per_op_div = 
         inner = long(job.opt.batch_ms * 1e-3 / warm);
     inner = std::max(1L, std::min(inner, job.opt.max_inner));
 
-    double total = 0, best = 0;
+    double total = 0, best = 0, cpu_total = 0;
     long ops = 0;
     for (auto _ : st) {
         CHECK(job, oobx_barrier(job.comm));
+        double c0 = cpu_s();
         t0 = now_s();
         for (long i = 0; i < inner; i++)
             op();
-        double dt = max_over_ranks(job, now_s() - t0);
+        double wall = now_s() - t0, cpu = cpu_s() - c0;
+        double dt, dcpu;
+        max2_over_ranks(job, wall, cpu, &dt, &dcpu);
         double per_op = dt / double(inner) / per_op_div;
         st.SetIterationTime(per_op);
         best = ops == 0 || per_op < best ? per_op : best;
         total += dt;
+        cpu_total += dcpu;
         ops += inner;
     }
     st.counters["ops"] = double(ops);
     st.counters["min_us"] = best * 1e6; // the best batch: less sensitive to other load
+    st.counters["cpu_us"] = ops ? cpu_total / double(ops) / per_op_div * 1e6 : 0.0;
     st.counters["ranks"] = job.nranks;
     return ops ? total / double(ops) : 0.0;
 }
@@ -274,31 +312,39 @@ void bm_stream(benchmark::State &st, Job &job, size_t size)
     set_size_counters(st, size, per_msg, double(size), 1.0);
 }
 
-// ---- raw TCP ping-pong over loopback: the reference for the socket transport ----
+// ---- raw TCP ping-pong over loopback: the references for the socket transport ----
+// Blocking: read and write sleep in the kernel until data or room arrives, as
+// oobx does. Polling: non-blocking calls retried at once (MSG_DONTWAIT), so
+// the process never sleeps and the wake-up is gone from the round trip: the
+// floor of what loopback TCP can do while a core per rank is free.
 
-void write_all(const Job &job, int fd, const char *p, size_t len)
+enum class Wait { block, poll };
+
+void write_all(const Job &job, int fd, const char *p, size_t len, Wait wait)
 {
+    const int flags = MSG_NOSIGNAL | (wait == Wait::poll ? MSG_DONTWAIT : 0);
     while (len > 0) {
-        ssize_t k = write(fd, p, len);
-        if (k < 0 && errno == EINTR)
+        ssize_t k = send(fd, p, len, flags);
+        if (k < 0 && (errno == EINTR || (wait == Wait::poll && (errno == EAGAIN || errno == EWOULDBLOCK))))
             continue;
         if (k <= 0)
-            fail_errno(job, "tcp reference: write");
+            fail_errno(job, "tcp reference: send");
         p += k;
         len -= size_t(k);
     }
 }
 
-void read_all(const Job &job, int fd, char *p, size_t len)
+void read_all(const Job &job, int fd, char *p, size_t len, Wait wait)
 {
+    const int flags = wait == Wait::poll ? MSG_DONTWAIT : 0;
     while (len > 0) {
-        ssize_t k = read(fd, p, len);
-        if (k < 0 && errno == EINTR)
+        ssize_t k = recv(fd, p, len, flags);
+        if (k < 0 && (errno == EINTR || (wait == Wait::poll && (errno == EAGAIN || errno == EWOULDBLOCK))))
             continue;
         if (k <= 0) {
             if (k == 0)
                 errno = ECONNRESET;
-            fail_errno(job, "tcp reference: read");
+            fail_errno(job, "tcp reference: recv");
         }
         p += k;
         len -= size_t(k);
@@ -349,22 +395,22 @@ int tcp_pair_open(Job &job)
     return -1;
 }
 
-void bm_tcp_pingpong(benchmark::State &st, Job &job, size_t size)
+void bm_tcp_pingpong(benchmark::State &st, Job &job, size_t size, Wait wait)
 {
     int fd = tcp_pair_open(job);
     std::vector<char> buf(size);
     double t = run_batches(st, job, [&] {
         if (job.rank == 0) {
-            write_all(job, fd, buf.data(), size);
-            read_all(job, fd, buf.data(), size);
+            write_all(job, fd, buf.data(), size, wait);
+            read_all(job, fd, buf.data(), size, wait);
         } else if (job.rank == 1) {
-            read_all(job, fd, buf.data(), size);
-            write_all(job, fd, buf.data(), size);
+            read_all(job, fd, buf.data(), size, wait);
+            write_all(job, fd, buf.data(), size, wait);
         }
     }, 2.0);
     if (fd >= 0)
         close(fd);
-    st.SetLabel("one-way");
+    st.SetLabel(wait == Wait::poll ? "one-way, busy-polling" : "one-way, blocking");
     st.counters["rtt_us"] = t * 1e6;
     set_size_counters(st, size, t / 2, double(size), 1.0);
 }
@@ -400,6 +446,343 @@ void bm_comm_split(benchmark::State &st, Job &job)
     });
     st.counters["lat_us"] = t * 1e6;
 }
+
+// ---- reporting ------------------------------------------------------------------
+// Google Benchmark's own reporters do not fit these runs: its console table
+// writes counters with SI suffixes (0.000479 GB/s as "479u"), its CPU time is
+// per iteration (a whole batch, barriers included) while the real time is per
+// operation, and its JSON context holds every added value as a string. These
+// two print the same runs with plain units and per-operation times.
+
+// What the run is, for the header of the table and the JSON context.
+struct RunInfo {
+    std::string version, transport, variant, algo, ucx_tls;
+    int ranks = 0;
+    Options opt;
+    size_t name_width = 0;
+};
+
+double unit_per_s(benchmark::TimeUnit u)
+{
+    switch (u) {
+    case benchmark::kNanosecond: return 1e9;
+    case benchmark::kMicrosecond: return 1e6;
+    case benchmark::kMillisecond: return 1e3;
+    case benchmark::kSecond: return 1.0;
+    }
+    return 1e6;
+}
+
+bool is_ratio(const benchmark::BenchmarkReporter::Run &r)
+{
+    return r.run_type == benchmark::BenchmarkReporter::Run::RT_Aggregate &&
+           r.aggregate_unit == benchmark::kPercentage;
+}
+
+double counter(const benchmark::BenchmarkReporter::Run &r, const char *name, double def)
+{
+    auto it = r.counters.find(name);
+    return it == r.counters.end() ? def : double(it->second);
+}
+
+// Real and CPU time of one operation in the run's time unit (a ratio for a
+// coefficient of variation). The per-operation CPU time travels as the
+// cpu_us counter (run_batches).
+double run_real(const benchmark::BenchmarkReporter::Run &r)
+{
+    return is_ratio(r) ? r.real_accumulated_time : r.GetAdjustedRealTime();
+}
+
+double run_cpu(const benchmark::BenchmarkReporter::Run &r)
+{
+    double us = counter(r, "cpu_us", -1);
+    if (us < 0)
+        return is_ratio(r) ? r.cpu_accumulated_time : r.GetAdjustedCPUTime();
+    return is_ratio(r) ? us : us * 1e-6 * unit_per_s(r.time_unit);
+}
+
+std::string strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+// 3 or 4 significant digits, no exponent
+std::string digits(double v)
+{
+    double a = std::fabs(v);
+    return strf(a < 10 ? "%.3f" : a < 100 ? "%.2f" : a < 1000 ? "%.1f" : "%.0f", v);
+}
+
+std::string plain_time(double us)
+{
+    if (!std::isfinite(us))
+        return "-";
+    if (std::fabs(us) < 1000)
+        return digits(us) + " µs";
+    if (std::fabs(us) < 1e6)
+        return digits(us / 1e3) + " ms";
+    return digits(us / 1e6) + " s";
+}
+
+std::string plain_bw(double gbps)
+{
+    if (!std::isfinite(gbps))
+        return "-";
+    // small messages: enough decimals to see more than zero
+    return (gbps != 0 && std::fabs(gbps) < 0.01 ? strf("%.6f", gbps) : digits(gbps)) + " GB/s";
+}
+
+std::string plain_bytes(double b)
+{
+    auto n = (unsigned long long)b;
+    if (n >= (1ull << 20) && n % (1ull << 20) == 0)
+        return strf("%llu MiB", n >> 20);
+    if (n >= (1ull << 10) && n % (1ull << 10) == 0)
+        return strf("%llu KiB", n >> 10);
+    return strf("%llu B", n);
+}
+
+// Characters on the terminal, not bytes: "µ" is two bytes of UTF-8.
+size_t columns(const std::string &s)
+{
+    size_t n = 0;
+    for (unsigned char c : s)
+        n += (c & 0xc0) != 0x80;
+    return n;
+}
+
+std::string pad_left(const std::string &s, size_t w)
+{
+    size_t n = columns(s);
+    return n >= w ? s : std::string(w - n, ' ') + s;
+}
+
+std::string pad_right(const std::string &s, size_t w)
+{
+    size_t n = columns(s);
+    return n >= w ? s : s + std::string(w - n, ' ');
+}
+
+std::string run_title(const benchmark::BenchmarkReporter::Run &r)
+{
+    std::string name = r.run_name.function_name;
+    if (r.run_type == benchmark::BenchmarkReporter::Run::RT_Aggregate)
+        name += "_" + r.aggregate_name;
+    return name;
+}
+
+// The console table: one line per benchmark, times per operation.
+class TableReporter : public benchmark::BenchmarkReporter {
+public:
+    explicit TableReporter(const RunInfo &info) : info_(info) {}
+
+    bool ReportContext(const Context &ctx) override
+    {
+        std::ostream &out = GetOutputStream();
+        const benchmark::CPUInfo &cpu = ctx.cpu_info;
+        std::string load;
+        for (double l : cpu.load_avg)
+            load += strf(" %.2f", l);
+        out << strf("oobx-bench: oobx %s, transport %s (variant %s), %d ranks, allgather algorithm %s%s%s\n",
+                    info_.version.c_str(), info_.transport.c_str(), info_.variant.c_str(), info_.ranks,
+                    info_.algo.c_str(), info_.ucx_tls.empty() ? "" : ", UCX_TLS=",
+                    info_.ucx_tls.c_str())
+            << strf("host %s, %d CPUs, load average%s\n", ctx.sys_info.name.c_str(), cpu.num_cpus,
+                    load.empty() ? " unknown" : load.c_str())
+            << strf("%d batches of about %g ms per benchmark; per operation: time = batch time "
+                    "(maximum over ranks) / operations,\n"
+                    "best = the same in the best batch, cpu = process CPU time (maximum over ranks) / "
+                    "operations; GB/s = 1e9 bytes/s\n",
+                    info_.opt.batches, info_.opt.batch_ms);
+        width_ = std::max<size_t>(info_.name_width, 9);
+        std::string head = pad_right("benchmark", width_) + pad_left("size", 9) + pad_left("time", 12) +
+                           pad_left("best", 12) + pad_left("cpu", 12) + pad_left("algbw", 13) +
+                           pad_left("busbw", 13) + pad_left("ops", 9) + "  note";
+        out << head << "\n" << std::string(columns(head), '-') << "\n";
+        out.flush();
+        return true;
+    }
+
+    void ReportRuns(const std::vector<Run> &runs) override
+    {
+        std::ostream &out = GetOutputStream();
+        for (const Run &r : runs) {
+            std::string line = pad_right(run_title(r), width_);
+            if (r.error_occurred) {
+                out << line << "  failed: " << r.error_message << "\n";
+                continue;
+            }
+            double bytes = counter(r, "bytes", -1);
+            const bool sized = bytes >= 0;
+            const double to_us = 1e6 / unit_per_s(r.time_unit);
+            auto time_col = [&](double v_us) {
+                return is_ratio(r) ? digits(v_us * 100) + " %" : plain_time(v_us);
+            };
+            line += pad_left(sized ? plain_bytes(bytes) : "", 9);
+            line += pad_left(time_col(is_ratio(r) ? run_real(r) : run_real(r) * to_us), 12);
+            double best = counter(r, "min_us", NAN);
+            line += pad_left(is_ratio(r) ? digits(best * 100) + " %" : plain_time(best), 12);
+            line += pad_left(time_col(is_ratio(r) ? run_cpu(r) : run_cpu(r) * to_us), 12);
+            line += pad_left(sized ? plain_bw(counter(r, "algbw_GBps", NAN)) : "", 13);
+            line += pad_left(sized ? plain_bw(counter(r, "busbw_GBps", NAN)) : "", 13);
+            line += pad_left(strf("%.0f", counter(r, "ops", 0)), 9);
+            std::string note = r.report_label;
+            auto add = [&](const std::string &s) { note += (note.empty() ? "" : ", ") + s; };
+            if (r.counters.count("rtt_us"))
+                add("round trip " + plain_time(counter(r, "rtt_us", 0)));
+            if (r.counters.count("window"))
+                add(strf("window %.0f", counter(r, "window", 0)));
+            if (r.counters.count("group"))
+                add(strf("group of %.0f", counter(r, "group", 0)));
+            out << line << (note.empty() ? "" : "  " + note) << "\n";
+        }
+        out.flush();
+    }
+
+private:
+    RunInfo info_;
+    size_t width_ = 9;
+};
+
+std::string json_str(const std::string &s)
+{
+    std::string o = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\')
+            o += '\\', o += char(c);
+        else if (c < 0x20)
+            o += strf("\\u%04x", c);
+        else
+            o += char(c);
+    }
+    return o + "\"";
+}
+
+std::string json_num(double v)
+{
+    return std::isfinite(v) ? strf("%.10g", v) : "null";
+}
+
+// Google Benchmark's JSON layout (context, then benchmarks), with the
+// per-operation cpu_time and every number a JSON number. Each run is
+// flushed as it is reported: a run cut short leaves the results so far
+// (bench/results.py reads such a file).
+class JsonReporter : public benchmark::BenchmarkReporter {
+public:
+    explicit JsonReporter(const RunInfo &info) : info_(info) {}
+
+    bool ReportContext(const Context &ctx) override
+    {
+        const benchmark::CPUInfo &cpu = ctx.cpu_info;
+        char date[64] = "";
+        time_t now = time(nullptr);
+        struct tm tm;
+        if (localtime_r(&now, &tm) && strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S%z", &tm)) {
+            size_t n = std::strlen(date); // +0000 -> +00:00, as ISO 8601 writes it
+            if (n >= 5) {
+                std::memmove(date + n - 1, date + n - 2, 3);
+                date[n - 2] = ':';
+            }
+        }
+        std::string caches;
+        for (const auto &c : cpu.caches)
+            caches += strf("%s\n      {\"type\": %s, \"level\": %d, \"size\": %d, \"num_sharing\": %d}",
+                           caches.empty() ? "" : ",", json_str(c.type).c_str(), c.level, c.size,
+                           c.num_sharing);
+        std::string load, sizes;
+        for (double l : cpu.load_avg)
+            load += (load.empty() ? "" : ", ") + json_num(l);
+        for (size_t s : info_.opt.sizes)
+            sizes += (sizes.empty() ? "" : ", ") + strf("%zu", s);
+        std::ostream &out = GetOutputStream();
+        out << "{\n  \"context\": {\n"
+            << "    \"date\": " << json_str(date) << ",\n"
+            << "    \"host_name\": " << json_str(ctx.sys_info.name) << ",\n"
+            << "    \"executable\": " << json_str(Context::executable_name ? Context::executable_name : "")
+            << ",\n"
+            << "    \"num_cpus\": " << cpu.num_cpus << ",\n"
+            << "    \"mhz_per_cpu\": " << json_num(std::round(cpu.cycles_per_second / 1e6)) << ",\n"
+            << "    \"cpu_scaling_enabled\": "
+            << (cpu.scaling == benchmark::CPUInfo::ENABLED ? "true" : "false") << ",\n"
+            << "    \"caches\": [" << caches << (caches.empty() ? "" : "\n    ") << "],\n"
+            << "    \"load_avg\": [" << load << "],\n"
+            << "    \"impl\": \"oobx\",\n"
+            << "    \"oobx_version\": " << json_str(info_.version) << ",\n"
+            << "    \"transport\": " << json_str(info_.transport) << ",\n"
+            << "    \"variant\": " << json_str(info_.variant) << ",\n"
+            << "    \"ranks\": " << info_.ranks << ",\n"
+            << "    \"algo\": " << json_str(info_.algo) << ",\n"
+            << "    \"ucx_tls\": " << json_str(info_.ucx_tls) << ",\n"
+            << "    \"batches\": " << info_.opt.batches << ",\n"
+            << "    \"batch_ms\": " << json_num(info_.opt.batch_ms) << ",\n"
+            << "    \"window\": " << info_.opt.window << ",\n"
+            << "    \"max_buffer\": " << info_.opt.max_buffer << ",\n"
+            << "    \"sizes\": [" << sizes << "]\n"
+            << "  },\n  \"benchmarks\": [\n";
+        out.flush();
+        return true;
+    }
+
+    void ReportRuns(const std::vector<Run> &runs) override
+    {
+        std::ostream &out = GetOutputStream();
+        for (const Run &r : runs) {
+            const bool agg = r.run_type == Run::RT_Aggregate;
+            std::string e = first_ ? "" : ",\n";
+            first_ = false;
+            auto kv = [&](const char *k, const std::string &v) {
+                e += strf("      \"%s\": ", k) + v + ",\n";
+            };
+            e += "    {\n";
+            kv("name", json_str(r.benchmark_name()));
+            kv("family_index", strf("%lld", (long long)r.family_index));
+            kv("per_family_instance_index", strf("%lld", (long long)r.per_family_instance_index));
+            kv("run_name", json_str(r.run_name.str()));
+            kv("run_type", agg ? "\"aggregate\"" : "\"iteration\"");
+            kv("repetitions", strf("%lld", (long long)r.repetitions));
+            if (!agg)
+                kv("repetition_index", strf("%lld", (long long)r.repetition_index));
+            kv("threads", strf("%lld", (long long)r.threads));
+            if (agg) {
+                kv("aggregate_name", json_str(r.aggregate_name));
+                kv("aggregate_unit", is_ratio(r) ? "\"percentage\"" : "\"time\"");
+            }
+            if (r.error_occurred) {
+                kv("error_occurred", "true");
+                kv("error_message", json_str(r.error_message));
+            }
+            kv("iterations", strf("%lld", (long long)r.iterations));
+            kv("real_time", json_num(run_real(r)));
+            kv("cpu_time", json_num(run_cpu(r)));
+            if (!is_ratio(r))
+                kv("time_unit", json_str(benchmark::GetTimeUnitString(r.time_unit)));
+            if (!r.report_label.empty())
+                kv("label", json_str(r.report_label));
+            for (const auto &c : r.counters)
+                kv(c.first.c_str(), json_num(double(c.second)));
+            e.erase(e.size() - 2); // the last ",\n"
+            e += "\n    }";
+            out << e;
+        }
+        out.flush();
+    }
+
+    void Finalize() override
+    {
+        GetOutputStream() << "\n  ]\n}\n";
+        GetOutputStream().flush();
+    }
+
+private:
+    RunInfo info_;
+    bool first_ = true;
+};
 
 // ---- set-up ---------------------------------------------------------------------
 
@@ -499,10 +882,13 @@ void drop_output_flags(int *argc, char **argv)
     argv[out] = nullptr;
 }
 
-void register_all(Job &job)
+// Registers every benchmark that fits; returns the longest name.
+size_t register_all(Job &job)
 {
     const Options &o = job.opt;
+    size_t longest = 0;
     auto reg = [&](const std::string &name, auto fn) {
+        longest = std::max(longest, name.size());
         benchmark::RegisterBenchmark(name.c_str(), fn)
             ->UseManualTime()
             ->Iterations(o.batches)
@@ -532,7 +918,11 @@ void register_all(Job &job)
         for (size_t s : o.sizes)
             if (fits(s, 1))
                 reg("tcp_pingpong/" + std::to_string(s),
-                    [j, s](benchmark::State &st) { bm_tcp_pingpong(st, *j, s); });
+                    [j, s](benchmark::State &st) { bm_tcp_pingpong(st, *j, s, Wait::block); });
+        for (size_t s : o.sizes)
+            if (fits(s, 1))
+                reg("tcp_poll_pingpong/" + std::to_string(s),
+                    [j, s](benchmark::State &st) { bm_tcp_pingpong(st, *j, s, Wait::poll); });
         for (size_t s : o.sizes)
             if (fits(s, o.window))
                 reg("stream_bw/" + std::to_string(s),
@@ -540,6 +930,7 @@ void register_all(Job &job)
     }
     reg("comm_split", [j](benchmark::State &st) { bm_comm_split(st, *j); });
     reg("comm_init", [j](benchmark::State &st) { bm_comm_init(st, *j); });
+    return longest;
 }
 
 const char *env_or(const char *name, const char *def)
@@ -548,18 +939,102 @@ const char *env_or(const char *name, const char *def)
     return v && *v ? v : def;
 }
 
+// The value of Google Benchmark's --NAME=VALUE (or -NAME=VALUE), the last one
+// given, else def: read before benchmark::Initialize takes the flags out.
+std::string gb_flag(int argc, char **argv, const char *name, const char *def)
+{
+    std::string v = def;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        a += a[0] == '-' ? (a[1] == '-' ? 2 : 1) : 0;
+        size_t n = std::strlen(name);
+        if (a != argv[i] && std::strncmp(a, name, n) == 0 && a[n] == '=')
+            v = a + n + 1;
+    }
+    return v;
+}
+
+bool wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-help") || !std::strcmp(argv[i], "-h"))
+            return true;
+    return false;
+}
+
+void print_help()
+{
+    const Options d;
+    std::printf(
+        "usage: oobx-run -n N [--transport T] -- oobx-bench [OPTION...]\n"
+        "       (or under srun, mpirun, mpiexec, torchrun: every rank runs it, with the same options)\n"
+        "\n"
+        "Google Benchmark benchmarks of oobx: allgather, group_allgather, bcast, barrier,\n"
+        "pingpong, stream_bw, comm_split, comm_init, and the raw TCP ping-pongs of the\n"
+        "same two ranks (tcp_pingpong blocking, tcp_poll_pingpong busy-polling). Rank 0\n"
+        "prints the table and writes --benchmark_out; times are per operation, the batch\n"
+        "time (maximum over ranks) divided by the operations of the batch.\n"
+        "\n"
+        "  --sizes=LIST        message sizes, bytes with K/M suffixes (default 8,16,64,...,4M)\n"
+        "  --batches=N         timed batches per benchmark (default %d)\n"
+        "  --batch-ms=MS       about how long a batch runs (default %g)\n"
+        "  --max-inner=N       at most N operations a batch (default %ld)\n"
+        "  --max-buffer=BYTES  skip sizes whose buffer (ranks x size) is larger (default %zu MiB)\n"
+        "  --window=N          messages in flight in stream_bw (default %d)\n"
+        "  --variant=NAME      a label for the report (default: the transport)\n"
+        "  --init-no-barrier   comm_init destroys without waiting for every rank\n"
+        "  --benchmark_format=console|json         what rank 0 prints (default console)\n"
+        "  --benchmark_out=FILE --benchmark_out_format=json|console   rank 0 writes FILE\n"
+        "  -h, --help          this text (needs no job)\n"
+        "Environment: OOBX_TRANSPORT=auto|socket|ucx|verbs, OOBX_ALLGATHER_ALGO, UCX_TLS, and\n"
+        "the rank and size (oobx-run, Slurm, Open MPI, PMI, torchrun set them).\n"
+        "\n"
+        "Google Benchmark's own options (--benchmark_min_time has no effect here: the\n"
+        "iteration count is --batches, the same on every rank):\n",
+        d.batches, d.batch_ms, d.max_inner, d.max_buffer >> 20, d.window);
+    std::fflush(stdout);
+    benchmark::PrintDefaultHelp();
+    std::fflush(stdout);
+}
+
+// A reporter for a --benchmark_format or --benchmark_out_format value, or
+// nullptr for one this program does not write.
+std::unique_ptr<benchmark::BenchmarkReporter> make_reporter(const std::string &format, const RunInfo &info)
+{
+    if (format == "console")
+        return std::unique_ptr<benchmark::BenchmarkReporter>(new TableReporter(info));
+    if (format == "json")
+        return std::unique_ptr<benchmark::BenchmarkReporter>(new JsonReporter(info));
+    return nullptr;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
+    if (wants_help(argc, argv)) {
+        print_help();
+        return 0;
+    }
     Job job;
     if (!take_options(&argc, argv, &job.opt))
         return 1;
+    const std::string display_format = gb_flag(argc, argv, "benchmark_format", "console");
+    const std::string file_format = gb_flag(argc, argv, "benchmark_out_format", "json");
+    const bool to_file = !gb_flag(argc, argv, "benchmark_out", "").empty();
+    for (const std::string *f : {&display_format, &file_format})
+        if (*f != "console" && *f != "json") {
+            std::fprintf(stderr, "oobx-bench: format '%s' is not written here (console or json)\n", f->c_str());
+            return 1;
+        }
 
     int rc = oobx_comm_init_from_env(&job.comm, nullptr);
     if (rc != OOBX_SUCCESS) {
-        std::fprintf(stderr, "oobx-bench: init failed: %s: %s\n", oobx_error_name(rc),
-                     oobx_last_error());
+        std::fprintf(stderr,
+                     "oobx-bench: init failed: %s: %s\n"
+                     "oobx-bench: it runs on every rank of a job (oobx-run -n 2 -- oobx-bench, srun, "
+                     "mpirun); --help lists its options\n",
+                     oobx_error_name(rc), oobx_last_error());
         return 2;
     }
     // oobx_get_unique_id, like NCCL's, binds its root to OOBX_COMM_ID when it
@@ -575,21 +1050,20 @@ int main(int argc, char **argv)
         return 1;
 
     const char *transport = oobx_comm_transport(job.comm);
-    benchmark::AddCustomContext("impl", "oobx");
-    benchmark::AddCustomContext("oobx_version", oobx_version());
-    benchmark::AddCustomContext("transport", transport ? transport : "?");
-    benchmark::AddCustomContext("variant", job.opt.variant.empty() ? (transport ? transport : "?")
-                                                                      : job.opt.variant);
-    benchmark::AddCustomContext("ranks", std::to_string(job.nranks));
-    benchmark::AddCustomContext("algo", env_or("OOBX_ALLGATHER_ALGO", "auto"));
-    benchmark::AddCustomContext("ucx_tls", env_or("UCX_TLS", ""));
-    benchmark::AddCustomContext("batches", std::to_string(job.opt.batches));
-    benchmark::AddCustomContext("batch_ms", std::to_string(job.opt.batch_ms));
-
-    register_all(job);
+    RunInfo info;
+    info.version = oobx_version();
+    info.transport = transport ? transport : "?";
+    info.variant = job.opt.variant.empty() ? info.transport : job.opt.variant;
+    info.algo = env_or("OOBX_ALLGATHER_ALGO", "auto");
+    info.ucx_tls = env_or("UCX_TLS", "");
+    info.ranks = job.nranks;
+    info.opt = job.opt;
+    info.name_width = register_all(job);
     try {
         if (job.rank == 0) {
-            benchmark::RunSpecifiedBenchmarks();
+            auto display = make_reporter(display_format, info);
+            auto file = to_file ? make_reporter(file_format, info) : nullptr;
+            benchmark::RunSpecifiedBenchmarks(display.get(), file.get());
         } else {
             NullReporter quiet;
             benchmark::RunSpecifiedBenchmarks(&quiet);
