@@ -55,8 +55,9 @@ OBJDIR  := $(BUILD)/obj
 
 # ---- the core library -------------------------------------------------------
 CORE_SRC := $(filter-out src/moddir.c,$(wildcard src/*.c))
-LIB_LIBS := -ldl -lm
-PC_REQUIRES :=
+# libsodium: the keyed hashes and random nonces of authentication (src/auth.c)
+LIB_LIBS := -ldl -lm $(shell $(PKG_CONFIG) --libs libsodium 2>/dev/null || echo -lsodium)
+PC_REQUIRES := libsodium
 ifeq ($(HAVE_HWLOC),1)
 CPPFLAGS += -DOOBX_HAVE_HWLOC=1
 LIB_LIBS += $(shell $(PKG_CONFIG) --libs hwloc)

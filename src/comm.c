@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "coll.h"
 #include "comm.h"
 #include "node.h"
@@ -830,7 +831,8 @@ int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, con
         comm_free(c);
         return oobx__fail(NULL, rc, "rank %d: cannot create its endpoint: %s", rank, oobx_last_error());
     }
-    oobx_tp_params_t p = {.rank = rank, .nranks = nranks, .magic = c->v.ctx, .settings = &c->settings,
+    oobx_tp_params_t p = {.rank = rank, .nranks = nranks, .magic = c->v.ctx, .secret = roots[0].secret,
+                          .settings = &c->settings,
                           .log = &c->log, .sink = oobx__ep_sink(c->v.ep), .root_hint = &roots[0].addr.sa,
                           .root_hint_len = oobx__sock_addr_len(&roots[0].addr),
                           .wake_fd = c->v.ep->wake_fd, .core = &oobx__core_api};
@@ -909,7 +911,10 @@ int oobx_get_unique_id(oobx_unique_id_t *id)
         oobx__sock_addr_set_port(&bind_addr, 0);
     }
     root_handle_t h;
-    rc = oobx__root_start(&bind_addr, oobx__random64(), &s, &h, why, sizeof(why));
+    unsigned char secret[OOBX_SECRET_BYTES];
+    if (oobx__auth_init() != 0) return oobx__fail(NULL, OOBX_ERR_SYSTEM, "oobx_get_unique_id: libsodium cannot start");
+    oobx__auth_random(secret, sizeof(secret));
+    rc = oobx__root_start(&bind_addr, oobx__random64(), secret, &s, &h, why, sizeof(why));
     if (rc != 0) return oobx__fail(NULL, rc, "oobx_get_unique_id: cannot start a root: %s", why);
     oobx__root_handle_encode(&h, id);
     return 0;

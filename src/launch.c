@@ -5,6 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "auth.h"
 #include "comm.h"
 #include "root.h"
 #include "util.h"
@@ -19,6 +24,62 @@ static int env_int(const char *a, const char *b, int *out)
     if (*end || end == v) return -1;
     *out = (int)x;
     return 1;
+}
+
+/* The launcher's identity of this job, "" when there is none. */
+static void job_identity(char *out, size_t len)
+{
+    static const char *const vars[][2] = {
+        {"OOBX_RUN_KEY", "oobx-run"},      {"TORCHELASTIC_RUN_ID", "torchelastic"},
+        {"PMIX_NAMESPACE", "pmix"},        {"OMPI_MCA_ess_base_jobid", "ompi"},
+        {"PMI_KVSNAME", "hydra"},          {"SLURM_JOB_ID", "slurm"},
+    };
+    out[0] = '\0';
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE(vars); i++) {
+        const char *v = getenv(vars[i][0]);
+        if (!v || !*v) continue;
+        const char *step = strcmp(vars[i][1], "slurm") == 0 ? getenv("SLURM_STEP_ID") : NULL;
+        snprintf(out, len, "%s:%s%s%s", vars[i][1], v, step ? "." : "", step ? step : "");
+        return;
+    }
+}
+
+/* The job key: OOBX_JOB_KEY, or the contents of OOBX_JOB_KEY_FILE (which no
+ * one but its owner may read). *len 0: none. */
+static int job_key(const oobx_settings_t *s, int rank, unsigned char *key, size_t cap, size_t *len)
+{
+    *len = 0;
+    if (s->job_key[0]) {
+        *len = strlen(s->job_key);
+        memcpy(key, s->job_key, *len);
+        return 0;
+    }
+    if (!s->job_key_file[0]) return 0;
+    int fd = open(s->job_key_file, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: OOBX_JOB_KEY_FILE=%s cannot be read: %s", rank,
+                          s->job_key_file, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 077) || st.st_uid != geteuid()) {
+        close(fd);
+        return oobx__fail(NULL, OOBX_ERR_INVALID,
+                          "rank %d: OOBX_JOB_KEY_FILE=%s is %s: a key file must be a regular file of this user that no "
+                          "one else can read or write (chmod 600)",
+                          rank, s->job_key_file,
+                          !S_ISREG(st.st_mode) ? "not a regular file"
+                          : st.st_uid != geteuid() ? "owned by another user"
+                                                   : "open to others (mode allows group or others)");
+    }
+    ssize_t n = read(fd, key, cap);
+    close(fd);
+    if (n <= 0 || (size_t)n == cap)
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: OOBX_JOB_KEY_FILE=%s holds %s (1 to %zu bytes wanted)", rank,
+                          s->job_key_file, n <= 0 ? "no key" : "too long a key", cap - 1);
+    *len = (size_t)n;
+    return 0;
 }
 
 int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
@@ -85,10 +146,27 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
         if (*p == ',') nids++;
     if (nids > nranks)
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %d roots for %d ranks", nids, nranks);
-    /* the magic: from the addresses and the job, the same on every rank */
-    const char *job = s.job_key[0] ? s.job_key : getenv("SLURM_JOB_ID") ? getenv("SLURM_JOB_ID") : "";
-    uint64_t magic = oobx__hash64(list, strlen(list), oobx__hash64(job, strlen(job), 0x6f6f6278ull));
-    magic = oobx__mix64(magic, (uint64_t)nranks);
+    /* the secret: from the launcher's job identity, the roots, the size and the
+     * job key, the same on every rank; the magic is a one-way tag of it */
+    char identity[300];
+    unsigned char key[4096];
+    size_t keylen = 0;
+    job_identity(identity, sizeof(identity));
+    rc = job_key(&s, rank, key, sizeof(key), &keylen);
+    if (rc != 0) return rc;
+    if (oobx__auth_init() != 0) return oobx__fail(NULL, OOBX_ERR_SYSTEM, "rank %d: libsodium cannot start", rank);
+    if (!identity[0] && !keylen && rank == 0) {
+        /* once per job: the rank that hosts the first root says it */
+        oobx_log_t log;
+        oobx__log_open(&log, &s, "oobx");
+        oobx__log(&log, OOBX_LOG_WARN, "this job has no launcher identity and no OOBX_JOB_KEY / OOBX_JOB_KEY_FILE: any process that "
+                        "can reach %s can join it (docs/security.md)", list);
+        oobx__log_close(&log);
+    }
+    unsigned char secret[OOBX_SECRET_BYTES];
+    oobx__auth_env_secret(identity, list, nranks, key, keylen, secret);
+    memset(key, 0, sizeof(key));
+    uint64_t magic = oobx__auth_tag(secret);
     root_handle_t *roots = calloc((size_t)nids, sizeof(*roots));
     oobx_unique_id_t *ids = calloc((size_t)nids, sizeof(*ids));
     if (!roots || !ids) {
@@ -116,13 +194,14 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
             }
         if (rc != 0) break;
         roots[i].magic = oobx__mix64(magic, (uint64_t)i);
+        memcpy(roots[i].secret, secret, OOBX_SECRET_BYTES);
         if (rank == oobx__root_first_rank(i, nranks, nids)) {
             root_handle_t h;
             if (root_fd >= 0)
-                rc = oobx__root_start_fd(root_fd, "OOBX_ROOT_FD", &roots[i].addr, roots[i].magic, &s, &h, why,
-                                         sizeof(why));
+                rc = oobx__root_start_fd(root_fd, "OOBX_ROOT_FD", &roots[i].addr, roots[i].magic, secret, &s, &h,
+                                         why, sizeof(why));
             else
-                rc = oobx__root_start(&roots[i].addr, roots[i].magic, &s, &h, why, sizeof(why));
+                rc = oobx__root_start(&roots[i].addr, roots[i].magic, secret, &s, &h, why, sizeof(why));
             if (rc != 0) {
                 rc = oobx__fail(NULL, rc, "rank %d cannot host root %d at %s: %s", rank, i, tok, why);
                 break;

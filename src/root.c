@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "tp_table.h"
 #include "util.h"
 #include "wire.h"
@@ -62,6 +63,7 @@ void oobx__root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id)
     } else {
         memcpy(p + 20, &h->addr.sin.sin_addr, 4);
     }
+    memcpy(p + 40, h->secret, OOBX_SECRET_BYTES);
 }
 
 int oobx__root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, size_t whylen)
@@ -104,6 +106,7 @@ int oobx__root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char 
         return OOBX_ERR_INVALID;
     }
     oobx__sock_addr_set_port(&v.addr, port);
+    memcpy(v.secret, p + 40, OOBX_SECRET_BYTES);
     *h = v;
     return OOBX_SUCCESS;
 }
@@ -177,16 +180,20 @@ void oobx__root_registry_reap(uint64_t magic, int wait_ms)
 /* ---- the root thread ------------------------------------------------------------ */
 
 enum { RC_HELLO, RC_REPORT, RC_BLOB, RC_WAIT, RC_SEND, RC_DONE };
+/* what a rank sends first: its hello and its proof (auth.h) */
+#define ROOT_HELLO_IN (OOBX_HELLO_BYTES + OOBX_PROOF_BYTES)
 
 typedef struct root_conn {
     int fd;
     int state;
-    unsigned char in[OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];
+    unsigned char in[OOBX_HELLO_BYTES + OOBX_PROOF_BYTES + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];
     size_t have, want;
     unsigned char *out;
     size_t out_len, out_off;
     uint64_t hello_deadline;
     int hello_type;
+    int authed;        /* the rank proved the secret: answers carry the root's proof */
+    oobx_auth_t auth;
     oobx_report_t rep;
     char peer[96];
 } root_conn_t;
@@ -195,6 +202,7 @@ typedef struct root_state {
     root_entry_t *entry;
     int listen_fd;
     uint64_t magic;
+    unsigned char secret[OOBX_SECRET_BYTES];
     uint64_t deadline;
     int ranks_bound; /* deadline comes from the reports (the first one set it) */
     oobx_log_t log;
@@ -232,14 +240,17 @@ static void conn_reply(root_state_t *st, int i, int status, const void *data, si
 {
     root_conn_t *c = &st->conns[i];
     oobx_reply_t r = {.status = status, .len = (uint32_t)len};
-    c->out = malloc(OOBX_REPLY_BYTES + len);
+    /* an answer proves the root to the rank; an error is plain text (the rank may not have proved itself) */
+    size_t mac = status == 0 && c->authed ? OOBX_MAC_BYTES : 0;
+    c->out = malloc(OOBX_REPLY_BYTES + mac + len);
     if (!c->out) {
         conn_close(st, i);
         return;
     }
     oobx__reply_encode(&r, c->out);
-    if (len) memcpy(c->out + OOBX_REPLY_BYTES, data, len);
-    c->out_len = OOBX_REPLY_BYTES + len;
+    if (mac) oobx__auth_mac(st->secret, 'A', &c->auth, c->out + OOBX_REPLY_BYTES);
+    if (len) memcpy(c->out + OOBX_REPLY_BYTES + mac, data, len);
+    c->out_len = OOBX_REPLY_BYTES + mac + len;
     c->out_off = 0;
     c->state = RC_SEND;
     ssize_t n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -509,9 +520,9 @@ static void conn_read(root_state_t *st, int i)
     root_conn_t *c = &st->conns[i];
     char why[256];
     for (;;) {
-        if (c->state == RC_HELLO) c->want = OOBX_HELLO_BYTES;
-        else if (c->state == RC_REPORT) c->want = OOBX_HELLO_BYTES + OOBX_REPORT_BYTES;
-        else if (c->state == RC_BLOB) c->want = OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + c->rep.blob_len;
+        if (c->state == RC_HELLO) c->want = ROOT_HELLO_IN;
+        else if (c->state == RC_REPORT) c->want = ROOT_HELLO_IN + OOBX_REPORT_BYTES;
+        else if (c->state == RC_BLOB) c->want = ROOT_HELLO_IN + OOBX_REPORT_BYTES + c->rep.blob_len;
         else {
             /* waiting for its answer: the only thing a client may do is close */
             char b[64];
@@ -564,11 +575,22 @@ static void conn_read(root_state_t *st, int i)
                 rc = OOBX_ERR_PROTOCOL;
                 snprintf(why, sizeof(why), "connection type %u is not for a root", h.type);
             }
-            if (rc == 0 && h.comm_magic != st->magic) {
-                conn_error(st, i, OOBX_ERR_MISMATCH,
-                           "rank %d (%s) carries magic %016llx but this root serves %016llx: a wrong unique id, or a "
-                           "second job on the same root address",
-                           h.rank, c->peer, (unsigned long long)h.comm_magic, (unsigned long long)st->magic);
+            if (rc == 0) {
+                memcpy(c->auth.hello, c->in, OOBX_HELLO_BYTES);
+                memcpy(c->auth.nonce_c, c->in + OOBX_HELLO_BYTES, OOBX_NONCE_BYTES);
+            }
+            /* neither the root's magic nor anything of the secret goes to a peer that has not proved it */
+            if (rc == 0 && (h.comm_magic != st->magic ||
+                            !oobx__auth_check(st->secret, 'C', &c->auth, c->in + OOBX_HELLO_BYTES + OOBX_NONCE_BYTES))) {
+                int other = h.comm_magic != st->magic;
+                if (oobx__ratelimit_ok(&st->stray_rl))
+                    OOBX_WARN(&st->log, "root %s: %s claims rank %d but %s; refused", st->name, c->peer, h.rank,
+                              other ? "belongs to another job" : "does not prove this job's secret");
+                snprintf(why, sizeof(why),
+                         "not authenticated: %s (a wrong unique id or OOBX_JOB_KEY, or a second job on the same root "
+                         "address)",
+                         other ? "the connection is of another job" : "the connection does not prove this job's secret");
+                conn_reply(st, i, OOBX_ERR_MISMATCH, why, strlen(why));
                 return;
             }
             if (rc != 0) {
@@ -579,16 +601,17 @@ static void conn_read(root_state_t *st, int i)
                 return;
             }
             c->hello_type = h.type;
+            c->authed = 1;
             c->state = RC_REPORT;
         } else if (c->state == RC_REPORT) {
-            int rc = oobx__report_decode(c->in + OOBX_HELLO_BYTES, OOBX_REPORT_BYTES, &c->rep, why, sizeof(why));
+            int rc = oobx__report_decode(c->in + ROOT_HELLO_IN, OOBX_REPORT_BYTES, &c->rep, why, sizeof(why));
             if (rc != 0) {
                 conn_error(st, i, OOBX_ERR_PROTOCOL, "%s: %s", c->peer, why);
                 return;
             }
             c->state = RC_BLOB;
         } else {
-            memmove(c->in, c->in + OOBX_HELLO_BYTES, OOBX_REPORT_BYTES + c->rep.blob_len);
+            memmove(c->in, c->in + ROOT_HELLO_IN, OOBX_REPORT_BYTES + c->rep.blob_len);
             take_report(st, i);
             return;
         }
@@ -634,6 +657,10 @@ static void accept_all(root_state_t *st)
         c->state = RC_HELLO;
         c->hello_deadline = oobx__now_ns() + 10ull * 1000000000ull;
         oobx__sock_addr_format(&peer, c->peer, sizeof(c->peer));
+        /* the challenge: 32 bytes into an empty socket buffer go at once */
+        unsigned char ch[OOBX_CHALLENGE_BYTES];
+        oobx__auth_challenge(&c->auth, ch);
+        if (send(fd, ch, sizeof(ch), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ch)) conn_close(st, st->nconns - 1);
     }
 }
 
@@ -767,8 +794,8 @@ static void *root_main(void *arg)
 
 /* Starts the root thread on a listening socket (non-blocking, close-on-exec)
  * bound to addr; on failure the socket is closed. */
-static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magic, const oobx_settings_t *s,
-                       root_handle_t *out, char *why, size_t whylen)
+static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magic, const unsigned char *secret,
+                       const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen)
 {
     root_state_t *st = calloc(1, sizeof(*st));
     root_entry_t *e = calloc(1, sizeof(*e));
@@ -781,6 +808,7 @@ static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magi
     }
     st->listen_fd = listen_fd;
     st->magic = magic;
+    memcpy(st->secret, secret, OOBX_SECRET_BYTES);
     st->node = -1;
     st->epoch = oobx__random64();
     /* a tenth (at most 2 s) before the ranks give up, so that its "never
@@ -808,19 +836,20 @@ static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magi
         return OOBX_ERR_SYSTEM;
     }
     out->magic = magic;
+    memcpy(out->secret, secret, OOBX_SECRET_BYTES);
     out->addr = *addr;
     return OOBX_SUCCESS;
 }
 
-int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
-               char *why, size_t whylen)
+int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const unsigned char *secret,
+                     const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen)
 {
     oobx__sock_raise_nofile();
     oobx_sockaddr_t addr = *bind_addr;
     int fd = -1;
     int rc = oobx__sock_listen(&addr, 16384, &fd, why, whylen);
     if (rc != 0) return rc;
-    return root_launch(fd, &addr, magic, s, out, why, whylen);
+    return root_launch(fd, &addr, magic, secret, s, out, why, whylen);
 }
 
 static int same_endpoint(const oobx_sockaddr_t *a, const oobx_sockaddr_t *b)
@@ -842,7 +871,8 @@ static pthread_mutex_t adopted_lock = PTHREAD_MUTEX_INITIALIZER;
 static int adopted_fd = -1;
 
 int oobx__root_start_fd(int fd, const char *var, const oobx_sockaddr_t *want, uint64_t magic,
-                        const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen)
+                        const unsigned char *secret, const oobx_settings_t *s, root_handle_t *out, char *why,
+                        size_t whylen)
 {
     char wname[96], gname[96];
     oobx__sock_addr_format(want, wname, sizeof(wname));
@@ -905,12 +935,13 @@ int oobx__root_start_fd(int fd, const char *var, const oobx_sockaddr_t *want, ui
         return OOBX_ERR_SYSTEM;
     }
     (void)listen(fd, 16384);
-    return root_launch(fd, &got, magic, s, out, why, whylen);
+    return root_launch(fd, &got, magic, secret, s, out, why, whylen);
 }
 
 /* ---- the rank's side ---------------------------------------------------------- */
 
-static int report_to(const root_client_t *c, int iroot, int as_rank, int type, int *fd_out, char *why, size_t whylen)
+static int report_to(const root_client_t *c, int iroot, int as_rank, int type, int *fd_out, oobx_auth_t *auth,
+                     char *why, size_t whylen)
 {
     const root_handle_t *h = &c->roots[iroot];
     char name[96];
@@ -923,7 +954,17 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
                  c->rank, iroot, name, sub);
         return rc;
     }
-    unsigned char buf[OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];
+    /* the root's challenge comes first */
+    unsigned char ch[OOBX_CHALLENGE_BYTES];
+    rc = oobx__sock_recv_all(fd, ch, sizeof(ch), c->cancel, sub, sizeof(sub));
+    if (rc == 0) rc = oobx__auth_challenge_decode(ch, sizeof(ch), auth, sub, sizeof(sub));
+    if (rc != 0) {
+        close(fd);
+        snprintf(why, whylen, "rank %d: root %d at %s: %s (is that address this job's root?)", c->rank, iroot, name,
+                 sub);
+        return rc;
+    }
+    unsigned char buf[ROOT_HELLO_IN + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];
     oobx_hello_t hello = {.proto_magic = OOBX_WIRE_MAGIC, .version = OOBX_WIRE_VERSION, .type = (uint16_t)type,
                           .comm_magic = h->magic, .rank = as_rank, .nranks = c->nranks};
     int left = oobx__ms_left(c->cancel ? c->cancel->deadline_ns : UINT64_MAX, -1);
@@ -931,9 +972,10 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
                          .tpid = c->tpid, .blob_len = (uint32_t)c->blob_len,
                          .wait_ms = left < 0 ? OOBX_WAIT_FOREVER : (uint32_t)left};
     oobx__hello_encode(&hello, buf);
-    oobx__report_encode(&rep, buf + OOBX_HELLO_BYTES);
-    memcpy(buf + OOBX_HELLO_BYTES + OOBX_REPORT_BYTES, c->blob, c->blob_len);
-    rc = oobx__sock_send_all(fd, buf, OOBX_HELLO_BYTES + OOBX_REPORT_BYTES + c->blob_len, c->cancel, sub, sizeof(sub));
+    oobx__auth_prove(h->secret, auth, buf, buf + OOBX_HELLO_BYTES);
+    oobx__report_encode(&rep, buf + ROOT_HELLO_IN);
+    memcpy(buf + ROOT_HELLO_IN + OOBX_REPORT_BYTES, c->blob, c->blob_len);
+    rc = oobx__sock_send_all(fd, buf, ROOT_HELLO_IN + OOBX_REPORT_BYTES + c->blob_len, c->cancel, sub, sizeof(sub));
     if (rc != 0) {
         close(fd);
         snprintf(why, whylen, "rank %d reporting to root %d at %s: %s", c->rank, iroot, name, sub);
@@ -944,8 +986,8 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
 }
 
 /* Reads a reply; status 0 fills out (cap bytes) and out_len, an error reply becomes why. */
-static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size_t cap, size_t *out_len, char *why,
-                      size_t whylen)
+static int read_reply(const root_client_t *c, int iroot, int fd, const oobx_auth_t *auth, void *out, size_t cap,
+                      size_t *out_len, char *why, size_t whylen)
 {
     char name[96], sub[512];
     oobx__sock_addr_format(&c->roots[iroot].addr, name, sizeof(name));
@@ -967,6 +1009,22 @@ static int read_reply(const root_client_t *c, int iroot, int fd, void *out, size
         snprintf(why, whylen, "rank %d: root %d at %s answered with %u bytes, more than the %zu expected", c->rank,
                  iroot, name, r.len, cap);
         return OOBX_ERR_PROTOCOL;
+    }
+    if (r.status == 0) {
+        /* an answer must prove that the root knows the secret */
+        unsigned char mac[OOBX_MAC_BYTES];
+        rc = oobx__sock_recv_all(fd, mac, sizeof(mac), c->cancel, sub, sizeof(sub));
+        if (rc != 0) {
+            snprintf(why, whylen, "rank %d reading the answer of root %d at %s: %s", c->rank, iroot, name, sub);
+            return rc;
+        }
+        if (!oobx__auth_check(c->roots[iroot].secret, 'A', auth, mac)) {
+            snprintf(why, whylen,
+                     "rank %d: the answer from %s does not prove this job's secret: that is not root %d of this job "
+                     "(another job, or a process that took its address)",
+                     c->rank, name, iroot);
+            return OOBX_ERR_MISMATCH;
+        }
     }
     void *dst = r.status == 0 ? out : text;
     if (r.len) {
@@ -1012,7 +1070,8 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
     *delay_s = (oobx__now_ns() - t0) / 1e9;
 
     int fd = -1;
-    int rc = report_to(c, myroot, c->rank, type, &fd, why, sizeof(why));
+    oobx_auth_t auth, eauth;
+    int rc = report_to(c, myroot, c->rank, type, &fd, &auth, why, sizeof(why));
     if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
     if (elen) *elen = 0;
     if (c->nroots > 1 && local == 0) {
@@ -1020,9 +1079,9 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
         int prev_rank = (c->rank - 1 + c->nranks) % c->nranks;
         int prev_root = oobx__root_of_rank(prev_rank, c->nranks, c->nroots);
         int efd = -1;
-        rc = report_to(c, prev_root, prev_rank + 1, extra_type, &efd, why, sizeof(why));
+        rc = report_to(c, prev_root, prev_rank + 1, extra_type, &efd, &eauth, why, sizeof(why));
         if (rc == 0) {
-            rc = read_reply(c, prev_root, efd, eout, ecap, elen, why, sizeof(why));
+            rc = read_reply(c, prev_root, efd, &eauth, eout, ecap, elen, why, sizeof(why));
             close(efd);
         }
         if (rc != 0) {
@@ -1030,7 +1089,7 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
             return oobx__fail(c->log, rc, "%s", why);
         }
     }
-    rc = read_reply(c, myroot, fd, out, cap, len, why, sizeof(why));
+    rc = read_reply(c, myroot, fd, &auth, out, cap, len, why, sizeof(why));
     close(fd);
     if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
     if (*len == 0)

@@ -25,7 +25,8 @@ int oobx__root_local_id(int rank, int root, int nranks, int nroots);
 
 /* What a unique id holds. */
 typedef struct root_handle {
-    uint64_t magic;
+    uint64_t magic;                 /* public: tells jobs apart */
+    unsigned char secret[16];       /* OOBX_SECRET_BYTES: what every connection proves (auth.h) */
     oobx_sockaddr_t addr;
 } root_handle_t;
 
@@ -34,10 +35,10 @@ void oobx__root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id);
 int oobx__root_handle_decode(const oobx_unique_id_t *id, root_handle_t *h, char *why, size_t whylen);
 
 /* Starts a root thread listening on bind_addr (port 0: any free port), with
- * magic. It serves until all its ranks are answered, or until timeout_ms
+ * magic, admitting only ranks that prove secret (OOBX_SECRET_BYTES). It serves until all its ranks are answered, or until timeout_ms
  * (-1: forever) passes. *out gets the address it listens on. */
-int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oobx_settings_t *s, root_handle_t *out,
-               char *why, size_t whylen);
+int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const unsigned char *secret,
+                     const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen);
 
 /* The same on a socket a launcher has already bound and listened on (fd,
  * named by the environment variable var in messages). It must be a listening
@@ -46,7 +47,8 @@ int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const oob
  * The root owns fd from a successful call on (and closes it when it ends); a
  * process adopts a given fd once. */
 int oobx__root_start_fd(int fd, const char *var, const oobx_sockaddr_t *want, uint64_t magic,
-                        const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen);
+                        const unsigned char *secret, const oobx_settings_t *s, root_handle_t *out, char *why,
+                        size_t whylen);
 
 /* Joins root threads that have finished. wait_ms > 0 also waits that long for
  * the roots of magic (0: any) to finish. */

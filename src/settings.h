@@ -15,7 +15,8 @@ typedef struct oobx_settings {
     int socket_family;         /* OOBX_SOCKET_FAMILY: AF_UNSPEC, AF_INET, AF_INET6 */
     int socket_linklocal;      /* OOBX_SOCKET_LINKLOCAL: allow IPv6 link-local */
     char comm_id[1024];        /* OOBX_COMM_ID */
-    char job_key[128];         /* OOBX_JOB_KEY, folded into the magic of env-started jobs */
+    char job_key[256];         /* OOBX_JOB_KEY, mixed into the secret of env-started jobs */
+    char job_key_file[256];    /* OOBX_JOB_KEY_FILE */
     int stagger_rate;          /* OOBX_UID_STAGGER_RATE: connections per second */
     int stagger_threshold;     /* OOBX_UID_STAGGER_THRESHOLD: ranks per root */
     char net_device[128];      /* OOBX_NET_DEVICE */

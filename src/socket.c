@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "oobx.h"
 #include "sock.h"
 #include "topo.h"
@@ -30,7 +31,13 @@
  * unsent. One round trip is under 1% of such a transfer. */
 #define SK_RNDV_MIN (8u << 20)
 
-enum { SC_CONNECTING, SC_HELLO_OUT, SC_HELLO_IN, SC_READY, SC_DEAD, SC_RETRY };
+/* Connections: the acceptor sends its challenge at once (SC_HELLO_IN waits
+ * for the connector's hello and proof); the connector reads the challenge
+ * (SC_CHALLENGE), sends hello and proof, and waits for the acceptor's hello
+ * and proof (SC_HELLO_OUT). auth.h describes the proofs. */
+enum { SC_CONNECTING, SC_CHALLENGE, SC_HELLO_OUT, SC_HELLO_IN, SC_READY, SC_DEAD, SC_RETRY };
+#define SK_HELLO_IN_BYTES (OOBX_HELLO_BYTES + OOBX_PROOF_BYTES) /* connector -> acceptor */
+#define SK_HELLO_ACK_BYTES (OOBX_HELLO_BYTES + OOBX_MAC_BYTES)  /* acceptor -> connector */
 enum { RX_HDR, RX_BODY };
 
 typedef struct sk_send {
@@ -51,8 +58,9 @@ typedef struct sk_conn {
     int peer;    /* -1 until its hello */
     int outgoing;
     uint32_t ev; /* epoll events registered */
-    unsigned char hello[OOBX_HELLO_BYTES];
-    size_t hello_n; /* bytes of hello sent (outgoing) or received */
+    unsigned char hello[SK_HELLO_IN_BYTES];
+    size_t hello_n; /* bytes of the handshake message received so far */
+    oobx_auth_t auth;
     uint64_t deadline;
     char name[96];
     /* receive */
@@ -85,6 +93,7 @@ typedef struct sk_tp {
     const oobx_log_t *log;
     int rank, nranks;
     uint64_t magic;
+    unsigned char secret[OOBX_SECRET_BYTES];
     int epfd;
     int listen_fd;
     oobx_sockaddr_t addr;
@@ -327,12 +336,11 @@ static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
     conn_fail(t, c, OOBX_ERR_REMOTE, what);
 }
 
-static void send_hello(sk_tp_t *t, sk_conn_t *c, int type)
+static void hello_make(sk_tp_t *t, int type, unsigned char out[OOBX_HELLO_BYTES])
 {
     oobx_hello_t h = {.proto_magic = OOBX_WIRE_MAGIC, .version = OOBX_WIRE_VERSION, .type = (uint16_t)type,
                       .comm_magic = t->magic, .rank = t->rank, .nranks = t->nranks};
-    oobx__hello_encode(&h, c->hello);
-    c->hello_n = 0;
+    oobx__hello_encode(&h, out);
 }
 
 /* ---- sending ------------------------------------------------------------------ */
@@ -608,7 +616,7 @@ static int conn_close_one_of_many(sk_tp_t *t, sk_conn_t *c)
 {
     sk_conn_t *other = NULL;
     for (sk_conn_t *x = t->conns; x; x = x->next_all)
-        if (x != c && x->peer == c->peer && x->fd >= 0 && (x->state == SC_READY || x->state == SC_HELLO_OUT))
+        if (x != c && x->peer == c->peer && x->fd >= 0 && (x->state == SC_READY || x->state == SC_HELLO_OUT || x->state == SC_CHALLENGE))
             other = x;
     if (!other || c->rx == RX_BODY) return 0;
     sk_peer_t *pp = &t->peers[c->peer];
@@ -686,7 +694,7 @@ static void conn_take_over(sk_tp_t *t, sk_conn_t *in, sk_peer_t *pp)
 {
     sk_conn_t *out = pp->conn;
     int idle = out->state == SC_RETRY ||
-               (in->peer < t->rank && (out->state == SC_CONNECTING || out->state == SC_HELLO_OUT));
+               (in->peer < t->rank && (out->state == SC_CONNECTING || out->state == SC_CHALLENGE || out->state == SC_HELLO_OUT));
     if (!idle) return;
     in->sq_head = out->sq_head;
     in->sq_tail = out->sq_tail;
@@ -717,20 +725,20 @@ static void conn_drop_stray(sk_tp_t *t, sk_conn_t *c, const char *why, int warn)
 
 enum { HELLO_PARTIAL, HELLO_DONE, HELLO_CLOSED, HELLO_BROKEN };
 
-/* Reads what there is of the other side's hello into c->hello. */
-static int conn_hello_read(sk_conn_t *c)
+/* Reads what there is of the other side's want-byte handshake message into c->hello. */
+static int conn_hello_read(sk_conn_t *c, size_t want)
 {
-    ssize_t n = recv(c->fd, c->hello + c->hello_n, OOBX_HELLO_BYTES - c->hello_n, MSG_DONTWAIT);
+    ssize_t n = recv(c->fd, c->hello + c->hello_n, want - c->hello_n, MSG_DONTWAIT);
     if (n == 0) return HELLO_CLOSED;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? HELLO_PARTIAL : HELLO_BROKEN;
     c->hello_n += (size_t)n;
-    return c->hello_n == OOBX_HELLO_BYTES ? HELLO_DONE : HELLO_PARTIAL;
+    return c->hello_n == want ? HELLO_DONE : HELLO_PARTIAL;
 }
 
-/* Inbound: read the connector's hello, check it, answer with ours. */
+/* Inbound: read the connector's hello and proof, check them, answer with ours. */
 static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
 {
-    int got = conn_hello_read(c);
+    int got = conn_hello_read(c, SK_HELLO_IN_BYTES);
     if (got == HELLO_PARTIAL) return;
     if (got != HELLO_DONE) {
         /* a clean close before any byte is a peer that gave up a duplicate connection, or a port probe */
@@ -747,8 +755,15 @@ static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
     }
     if (rc == 0 && h.comm_magic != t->magic) {
         rc = OOBX_ERR_MISMATCH;
-        snprintf(why, sizeof(why), "magic %016llx is not this communicator's %016llx (another job?)",
-                 (unsigned long long)h.comm_magic, (unsigned long long)t->magic);
+        snprintf(why, sizeof(why), "claims rank %d of another job", h.rank);
+    }
+    if (rc == 0) {
+        memcpy(c->auth.hello, c->hello, OOBX_HELLO_BYTES);
+        memcpy(c->auth.nonce_c, c->hello + OOBX_HELLO_BYTES, OOBX_NONCE_BYTES);
+        if (!oobx__auth_check(t->secret, 'C', &c->auth, c->hello + OOBX_HELLO_BYTES + OOBX_NONCE_BYTES)) {
+            rc = OOBX_ERR_MISMATCH;
+            snprintf(why, sizeof(why), "claims rank %d but does not prove this job's secret", h.rank);
+        }
     }
     if (rc == 0 && (h.nranks != t->nranks || h.rank >= t->nranks || h.rank == t->rank)) {
         rc = OOBX_ERR_MISMATCH;
@@ -760,10 +775,12 @@ static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
     }
     c->peer = h.rank;
     t->npending--;
-    send_hello(t, c, OOBX_HELLO_PEER_ACK);
-    /* 32 bytes into an empty socket buffer: done in one call in practice */
-    ssize_t w = send(c->fd, c->hello, OOBX_HELLO_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w != OOBX_HELLO_BYTES) {
+    unsigned char ack[SK_HELLO_ACK_BYTES];
+    hello_make(t, OOBX_HELLO_PEER_ACK, ack);
+    oobx__auth_mac(t->secret, 'A', &c->auth, ack + OOBX_HELLO_BYTES);
+    /* 64 bytes into a socket buffer that only held the challenge: done in one call in practice */
+    ssize_t w = send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w != (ssize_t)sizeof(ack)) {
         char what[300];
         snprintf(what, sizeof(what), "answering the hello of rank %d (%s) failed", c->peer, c->name);
         conn_fail(t, c, OOBX_ERR_REMOTE, what);
@@ -783,18 +800,42 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
             conn_retry_or_fail(t, c, err);
             return;
         }
-        send_hello(t, c, OOBX_HELLO_PEER);
-        ssize_t w = send(c->fd, c->hello, OOBX_HELLO_BYTES, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w != OOBX_HELLO_BYTES) {
+        c->state = SC_CHALLENGE;
+        c->hello_n = 0;
+        conn_set_events(t, c);
+        return;
+    }
+    if (c->state == SC_CHALLENGE) {
+        int got = conn_hello_read(c, OOBX_CHALLENGE_BYTES);
+        if (got == HELLO_PARTIAL) return;
+        char why[200];
+        if (got != HELLO_DONE || oobx__auth_challenge_decode(c->hello, OOBX_CHALLENGE_BYTES, &c->auth, why,
+                                                              sizeof(why)) != 0) {
+            /* the listener went away between accept and challenge, or is not an oobx rank */
+            if (got != HELLO_DONE) {
+                conn_retry_or_fail(t, c, got == HELLO_CLOSED ? ECONNRESET : errno);
+                return;
+            }
+            char who[160], what[400];
+            peer_describe(t, c->peer, who, sizeof(who));
+            snprintf(what, sizeof(what), "%s is not the expected peer: %s", who, why);
+            oobx__fail(t->log, OOBX_ERR_MISMATCH, "%s", what);
+            conn_fail(t, c, OOBX_ERR_MISMATCH, what);
+            return;
+        }
+        unsigned char out[SK_HELLO_IN_BYTES];
+        hello_make(t, OOBX_HELLO_PEER, out);
+        oobx__auth_prove(t->secret, &c->auth, out, out + OOBX_HELLO_BYTES);
+        ssize_t w = send(c->fd, out, sizeof(out), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w != (ssize_t)sizeof(out)) {
             conn_retry_or_fail(t, c, w < 0 ? errno : EAGAIN);
             return;
         }
         c->state = SC_HELLO_OUT;
         c->hello_n = 0;
-        conn_set_events(t, c);
         return;
     }
-    int got = conn_hello_read(c);
+    int got = conn_hello_read(c, SK_HELLO_ACK_BYTES);
     if (got == HELLO_PARTIAL) return;
     if (got != HELLO_DONE) {
         /* refused by the other side: wrong job behind that port, or it is going away */
@@ -813,7 +854,13 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
     int rc = oobx__hello_decode(c->hello, OOBX_HELLO_BYTES, &h, why, sizeof(why));
     if (rc == 0 && (h.type != OOBX_HELLO_PEER_ACK || h.comm_magic != t->magic || h.rank != c->peer)) {
         rc = OOBX_ERR_MISMATCH;
-        snprintf(why, sizeof(why), "answered as rank %d with magic %016llx", h.rank, (unsigned long long)h.comm_magic);
+        snprintf(why, sizeof(why), "answered as rank %d of %s", h.rank,
+                 h.comm_magic != t->magic ? "another job" : "this job");
+    }
+    if (rc == 0 && !oobx__auth_check(t->secret, 'A', &c->auth, c->hello + OOBX_HELLO_BYTES)) {
+        rc = OOBX_ERR_MISMATCH;
+        snprintf(why, sizeof(why), "its answer does not prove this job's secret (a process that took rank %d's address?)",
+                 c->peer);
     }
     if (rc != 0) {
         char who[160], what[400];
@@ -853,6 +900,10 @@ static void accept_all(sk_tp_t *t)
         oobx__sock_addr_format(&a, c->name, sizeof(c->name));
         c->deadline = oobx__now_ns() + (uint64_t)SK_HELLO_MS * 1000000ull;
         t->npending++;
+        unsigned char ch[OOBX_CHALLENGE_BYTES];
+        oobx__auth_challenge(&c->auth, ch);
+        if (send(fd, ch, sizeof(ch), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ch))
+            conn_drop_stray(t, c, "the challenge could not be sent", 0);
     }
 }
 
@@ -878,6 +929,7 @@ static void handle_events(sk_tp_t *t, struct epoll_event *evs, int n)
         switch (c->state) {
         case SC_HELLO_IN: conn_hello_in(t, c); break;
         case SC_CONNECTING:
+        case SC_CHALLENGE:
         case SC_HELLO_OUT: conn_hello_out(t, c, ev); break;
         case SC_READY:
             if (ev & EPOLLOUT) conn_flush(t, c);
@@ -1104,6 +1156,7 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     t->rank = p->rank;
     t->nranks = p->nranks;
     t->magic = p->magic;
+    if (p->secret) memcpy(t->secret, p->secret, OOBX_SECRET_BYTES);
     t->timeout_ms = p->settings->timeout_ms;
     t->listen_fd = -1;
     t->rng = oobx__random64();

@@ -32,7 +32,7 @@
 #include "log.h"
 #include "settings.h"
 
-#define OOBX_TP_VERSION 4 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left */
+#define OOBX_TP_VERSION 5 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left; 5: params.secret */
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };
@@ -89,6 +89,7 @@ typedef struct oobx_tp_params {
     int rank;
     int nranks;
     uint64_t magic;                /* the communicator magic, checked in every hello */
+    const unsigned char *secret;   /* the job secret (OOBX_SECRET_BYTES, auth.h) links prove; copy it */
     const oobx_settings_t *settings;
     const oobx_log_t *log;
     oobx_tp_sink_t sink;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -285,6 +286,7 @@ static void child_main(harness_job_t *job, int rank, const int go[2])
         snprintf(v, sizeof v, "%d", job->o.nranks);
         setenv("OOBX_NRANKS", v, 1);
         setenv("OOBX_COMM_ID", job->comm_id, 1);
+        setenv("OOBX_RUN_KEY", job->run_key, 1);
     }
     for (const char *const *e = job->o.env; e && *e; e++) {
         char name[128];
@@ -315,6 +317,9 @@ int harness_job_start(harness_job_t *job, const harness_job_opts_t *o)
     if (!job->o.name) job->o.name = "job";
     if (!job->o.deadline_s) job->o.deadline_s = harness_default_deadline();
     job->nroots = o->nroots > 0 ? o->nroots : 1;
+    unsigned char key[12];
+    if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key) memset(key, 0x5a, sizeof key);
+    for (size_t i = 0; i < sizeof key; i++) snprintf(job->run_key + 2 * i, 3, "%02x", key[i]);
     int n = o->nranks;
     if (n <= 0 || !o->fn) {
         snprintf(job->msg, sizeof job->msg, "%s: bad job (nranks %d)", job->o.name, n);

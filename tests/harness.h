@@ -58,6 +58,7 @@ typedef struct harness_job {
     int nroots;
     oobx_unique_id_t *ids;
     char comm_id[1024];     /* OOBX_COMM_ID of from_env jobs */
+    char run_key[40];       /* OOBX_RUN_KEY of from_env jobs: the launcher's job identity, random per job */
     pid_t *pids;
     int *pidfds;
     int *status;            /* wait status once ended */

@@ -53,6 +53,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -154,6 +155,7 @@ typedef struct run_job {
     int brns_made;
     char tag[48];     /* "oobx-run-PID.START": names of this run's namespaces */
     char *comm_id;
+    char run_key[33]; /* OOBX_RUN_KEY: random per run, the job identity the secret comes from */
     int sigfd;
     int devnull;
     pid_t self;
@@ -498,6 +500,7 @@ static void child_exec(leaf_t *L, int local, int out_w, int err_w)
     snprintf(num, sizeof num, "%d", job->opt.nranks);
     if (setenv("OOBX_NRANKS", num, 1) != 0) child_fail(rank, "setenv", errno);
     if (setenv("OOBX_COMM_ID", job->comm_id, 1) != 0) child_fail(rank, "setenv", errno);
+    if (setenv("OOBX_RUN_KEY", job->run_key, 1) != 0) child_fail(rank, "setenv", errno);
     if (job->opt.transport && setenv("OOBX_TRANSPORT", job->opt.transport, 1) != 0)
         child_fail(rank, "setenv", errno);
     if (job->opt.hosts) {
@@ -1496,6 +1499,14 @@ static int roots_make(run_job_t *job)
     }
     size_t used = 0;
     job->comm_id[0] = '\0';
+    /* a fresh job identity per run: two runs on one address never merge, and
+     * only processes that were given it can join */
+    unsigned char key[16];
+    if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key) {
+        say("getrandom: %s", strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof key; i++) snprintf(job->run_key + 2 * i, 3, "%02x", key[i]);
     for (int i = 0; i < R; i++) job->roots[i].fd = -1;
     for (int i = 0; i < R; i++) {
         run_root_t *rt = &job->roots[i];
