@@ -33,6 +33,17 @@ $(BINDIR)/oobx-bench: $(OBJDIR)/bench/oobx_bench.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(BENCH_CXX) -o $@ $< $(BENCH_GB_LIBS) $(PROG_LDFLAGS)
 
+# make install installs oobx-bench where Google Benchmark and a C++ compiler
+# are found, linked to find the installed library in $(LIBDIR)
+ifeq ($(HAVE_GBENCH)$(if $(shell command -v $(BENCH_CXX) 2>/dev/null),1),11)
+INSTALL_BINS_STAGED += $(BUILD)/install/oobx-bench
+$(BUILD)/install/oobx-bench: $(OBJDIR)/bench/oobx_bench.o $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(BENCH_CXX) -o $@ $< $(BENCH_GB_LIBS) $(LDFLAGS) -L$(BLD_LIB) -Wl,-rpath,$(LIBDIR) -loobx
+# make check-tools checks oobx-bench outside a launcher and its JSON
+check-tools: $(BINDIR)/oobx-bench
+endif
+
 # the start-up benchmark needs nothing but the library: built with `all`, used by the scale tests too
 $(BINDIR)/oobx-boot: $(OBJDIR)/bench/oobx_boot.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
@@ -59,9 +70,10 @@ $(BINDIR)/oobx-mpi-peer.mpich: bench/mpi_peer.c
 	$(MPICC_MPICH) -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -o $@ $<
 
 BENCH_RUN    = $(BENCH_PY) bench/run.py --build $(BUILD) --out $(BENCH_OUT)
-# $(call bench-report,what was run): the report (markdown) and the plots of $(BENCH_OUT)
+# $(call bench-report,what was run): the report (markdown) and the plots of
+# $(BENCH_OUT); the summary tables go to the terminal as well
 bench-report = $(BENCH_PY) bench/plot.py --out $(BENCH_OUT) && \
-               $(BENCH_PY) bench/report.py --out $(BENCH_OUT) --command "$(1)$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(filter-out $(BUILD)/bench,$(BENCH_OUT)), BENCH_OUT=$(BENCH_OUT))"
+               $(BENCH_PY) bench/report.py --out $(BENCH_OUT) --print --command "$(1)$(if $(filter-out build,$(BUILD)), BUILD=$(BUILD))$(if $(filter-out $(BUILD)/bench,$(BENCH_OUT)), BENCH_OUT=$(BENCH_OUT))"
 
 bench-deps:
 	@if [ -f tools/install-deps.sh ]; then sh tools/install-deps.sh bench; fi

@@ -16,7 +16,7 @@ try:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 except ImportError:
     sys.exit("plot.py: matplotlib is missing (Debian: apt-get install python3-matplotlib; "
              "run with /usr/bin/python3)")
@@ -26,6 +26,7 @@ STYLE = {
     "oobx ucx-shm": dict(color="tab:orange", marker="s", lw=2),
     "oobx ucx-tcp": dict(color="tab:green", marker="^", lw=2),
     "raw TCP": dict(color="black", marker="x", ls="--"),
+    "raw TCP busy-poll": dict(color="dimgray", marker="+", ls=":"),
     "Open MPI shm": dict(color="tab:red", marker="v", ls=":"),
     "Open MPI tcp": dict(color="tab:purple", marker="<", ls=":"),
     "MPICH": dict(color="tab:brown", marker=">", ls="-."),
@@ -37,6 +38,17 @@ STYLE = {
 }
 
 bytes_fmt = FuncFormatter(lambda x, _: R.fmt_bytes(int(x)) if x >= 1 else "")
+int_fmt = FuncFormatter(lambda x, _: "%d" % x)
+
+
+def ticks_at(axis, values, fmt):
+    """Major ticks at the measured values only (sizes or rank counts), no minor ones."""
+    values = sorted(set(values))
+    if not values:
+        return
+    axis.set_major_locator(FixedLocator(values))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(fmt)
 
 
 def style(series):
@@ -55,15 +67,17 @@ def series_order(names):
 
 def size_plot(ax, recs, value, title, ylabel, logy=True):
     names = series_order({r["series"] for r in recs})
+    sizes = []
     for s in names:
         pts = sorted((r["bytes"], r[value]) for r in recs if r["series"] == s and r[value] > 0)
         if not pts:
             continue
+        sizes += [p[0] for p in pts]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=s, markersize=4, **style(s))
     ax.set_xscale("log", base=2)
     if logy:
         ax.set_yscale("log")
-    ax.xaxis.set_major_formatter(bytes_fmt)
+    ticks_at(ax.xaxis, sizes, bytes_fmt)
     ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
@@ -136,6 +150,7 @@ def barrier_figure(recs, outdir):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=s, markersize=5, **style(s))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ticks_at(ax.xaxis, [r["ranks"] for r in sel], int_fmt)
     ax.set_xlabel("ranks")
     ax.set_ylabel("µs")
     ax.set_title("barrier, average latency")
@@ -167,6 +182,7 @@ def init_figure(recs, init, outdir):
                 **style(s))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ticks_at(ax.xaxis, [i["ranks"] for i in init] + [r["ranks"] for r in mpi], int_fmt)
     ax.set_xlabel("ranks (processes on one machine)")
     ax.set_ylabel("seconds")
     ax.set_title("start-up: all processes started → all ranks through init")

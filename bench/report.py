@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes OUT/results.md: oobx and its peers side by side, with ratios.
 
-    python3 bench/report.py --out build/bench [--command "make bench"]
+    python3 bench/report.py --out build/bench [--command "make bench"] [--print] [--targets]
 
-Ratios are oobx time / peer time: below 1, oobx is faster.
+Ratios are oobx time / peer time: below 1, oobx is faster. --print also
+writes the summary tables (allgather, barrier, ping-pong, start-up, targets)
+on the terminal; --targets prints the targets table alone first.
 """
 
 import argparse
@@ -84,11 +86,21 @@ def lat(recs, series, kind, ranks, nbytes=0, field="lat_us"):
     return r[field] if r else None
 
 
-def table(head, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i else "---"
-                                                          for i in range(len(head))) + "|"]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(out)
+def table(head, rows, numeric=True):
+    """A markdown table whose columns are padded, so that it reads on a
+    terminal as well: the first column left-aligned, the others right
+    (numeric) or left."""
+    cells = [[str(c) for c in head]] + [[str(c) for c in row] for row in rows]
+    ncol = max(len(r) for r in cells)
+    cells = [r + [""] * (ncol - len(r)) for r in cells]
+    width = [max(3, max(len(r[i]) for r in cells)) for i in range(ncol)]
+
+    def line(r):
+        return "| " + " | ".join(c.rjust(width[i]) if i and numeric else c.ljust(width[i])
+                                 for i, c in enumerate(r)) + " |"
+    rule = "|" + "|".join(("-" * (width[i] + 1) + ":") if i and numeric else ("-" * (width[i] + 2))
+                          for i in range(ncol)) + "|"
+    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
 
 
 def headline(recs, field="lat_us"):
@@ -120,8 +132,8 @@ def barrier_table(recs):
 
 
 def pingpong_table(recs):
-    cols = ["oobx socket", "raw TCP", "oobx ucx-shm", "ucx_perftest shm", "oobx ucx-tcp",
-            "ucx_perftest tcp", "Open MPI shm", "Open MPI tcp", "MPICH", "MPICH tcp"]
+    cols = ["oobx socket", "raw TCP", "raw TCP busy-poll", "oobx ucx-shm", "ucx_perftest shm",
+            "oobx ucx-tcp", "ucx_perftest tcp", "Open MPI shm", "Open MPI tcp", "MPICH", "MPICH tcp"]
     sizes = sorted({r["bytes"] for r in R.pick(recs, kind="pingpong", ranks=2)} |
                    {r["bytes"] for r in R.pick(recs, kind="tag_lat")})
     rows = []
@@ -133,14 +145,17 @@ def pingpong_table(recs):
                 v[c] = r["lat_us"] if r else None
             else:
                 v[c] = lat(recs, c, "pingpong", 2, b)
-        best = {c: lat(recs, c, "pingpong", 2, b, "min_us") for c in ("oobx socket", "raw TCP")}
+        best = {c: lat(recs, c, "pingpong", 2, b, "min_us")
+                for c in ("oobx socket", "raw TCP", "raw TCP busy-poll")}
         rows.append([R.fmt_bytes(b)] + [us(v[c]) for c in cols] +
                     [ratio(v["oobx socket"], v["raw TCP"]),
                      ratio(best["oobx socket"], best["raw TCP"]),
+                     ratio(v["oobx socket"], v["raw TCP busy-poll"]),
+                     ratio(best["oobx socket"], best["raw TCP busy-poll"]),
                      ratio(v["oobx ucx-shm"], v["ucx_perftest shm"]),
                      ratio(v["oobx ucx-tcp"], v["ucx_perftest tcp"])])
-    return table(["bytes"] + cols + ["socket ÷ raw TCP", "same, best batches", "ucx-shm ÷ perftest",
-                                     "ucx-tcp ÷ perftest"],
+    return table(["bytes"] + cols + ["socket ÷ raw TCP", "same, best batches", "socket ÷ busy-poll TCP",
+                                     "same, best batches", "ucx-shm ÷ perftest", "ucx-tcp ÷ perftest"],
                  rows)
 
 
@@ -183,7 +198,7 @@ def targets(recs, init):
     def add(what, value, target, ok, note=""):
         state = "–" if ok is None else ("met" if ok else "**not met**")
         state += note
-        lines.append("| %s | %s | %s | %s |" % (what, value, target, state))
+        lines.append([what, value, target, state])
 
     s64 = [i for i in init if i["variant"] == "socket" and i["roots"] == 1 and i["ranks"] == 64]
     w = s64[0]["wall_s"] if s64 else None
@@ -206,6 +221,12 @@ def targets(recs, init):
         # figures are mostly waiting for a CPU and their ratio says little
         " (machine busy: raw TCP round trip %s µs; repeat when idle)" % us(2 * tb)
         if tb is not None and 2 * tb > 20 else "")
+    q = lat(recs, "raw TCP busy-poll", "pingpong", 2, 8)
+    qb = lat(recs, "raw TCP busy-poll", "pingpong", 2, 8, "min_us")
+    add("socket p2p 8 B one-way ÷ busy-polling raw TCP ping-pong (same run)",
+        "%s µs vs %s µs = %s× (best batches: %s vs %s µs = %s×)" %
+        (us(p), us(q), ratio(p, q), us(pb), us(qb), ratio(pb, qb)), "≤ 1.2× (ranks ≤ cores)",
+        None if p is None or q is None else p / q <= 1.2)
     for b in (8, 64):
         u = lat(recs, "oobx ucx-shm", "pingpong", 2, b)
         ub = lat(recs, "oobx ucx-shm", "pingpong", 2, b, "min_us")
@@ -228,7 +249,7 @@ def targets(recs, init):
     add("allgather 1 MiB/rank, 4 ranks: UCX tcp vs socket (busbw)",
         "%s GB/s vs %s GB/s" % ("%.2f" % u["busbw"] if u else "–", "%.2f" % s["busbw"] if s else "–"),
         "reference", None)
-    return "\n".join(["| measure | value | target | |", "|---|---|---|---|"] + lines)
+    return table(["measure", "value", "target", ""], lines, numeric=False)
 
 
 def full_tables(recs):
@@ -263,16 +284,52 @@ def full_tables(recs):
     return "\n".join(out)
 
 
+def drop_empty_rows(text, label_cols):
+    """The table without the rows that have no figure past their label columns."""
+    lines = text.split("\n")
+    keep = lines[:2]
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if any(c not in ("–", "") for c in cells[label_cols:]):
+            keep.append(line)
+    return "\n".join(keep)
+
+
+def print_summary(recs, init, out):
+    """The report's side-by-side tables, on the terminal (rows without a
+    figure left out)."""
+    sections = []
+    if R.pick(recs, kind="allgather"):
+        sections.append(("allgather, average latency (µs; ratios oobx ÷ peer)",
+                         drop_empty_rows(headline(recs), 2)))
+        sections.append(("allgather, best batch (µs)", drop_empty_rows(headline(recs, "min_us"), 2)))
+    if R.pick(recs, kind="barrier"):
+        sections.append(("barrier (µs)", barrier_table(recs)))
+    if R.pick(recs, kind="pingpong", ranks=2) or R.pick(recs, kind="tag_lat"):
+        sections.append(("ping-pong, 2 ranks: one-way latency (µs)", pingpong_table(recs)))
+    if init or R.pick(recs, kind="init"):
+        sections.append(("start-up: all processes started → all ranks through init",
+                         init_table(recs, init)))
+    sections.append(("targets", drop_empty_rows(targets(recs, init), 1)))
+    for title, text in sections:
+        print("\n## %s\n\n%s" % (title, text))
+    print("\nevery figure, the plots and the failed launches: %s" % os.path.join(out, "results.md"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--command", default="")
     ap.add_argument("--targets", action="store_true", help="also print the targets table")
+    ap.add_argument("--print", action="store_true",
+                    help="also print the summary tables on the terminal")
     args = ap.parse_args()
     recs = R.load(args.out)
     init = R.load_init(args.out)
     if args.targets:
         print(targets(recs, init))
+    if args.print:
+        print_summary(recs, init, args.out)
     runcmd = ""
     try:
         with open(os.path.join(args.out, "command.txt")) as f:

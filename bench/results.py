@@ -1,7 +1,8 @@
 """Loads the raw results of bench/run.py (OUT/raw/*.json) into flat records.
 
 A record is a dict:
-  series   what ran: "oobx socket", "oobx ucx-shm", "Open MPI shm", "raw TCP", ...
+  series   what ran: "oobx socket", "oobx ucx-shm", "Open MPI shm", "raw TCP" (blocking),
+           "raw TCP busy-poll", ...
   impl     oobx, mpi, ucx_perftest, tcp
   variant  socket, ucx-shm, ucx-tcp, openmpi-shm, openmpi-tcp, mpich, mpich-tcp, ...
   algo     allgather algorithm for oobx (auto unless forced)
@@ -12,6 +13,8 @@ A record is a dict:
   lat_us   average time of one operation in microseconds (one-way for ping-pong,
            per message for a stream)
   min_us   the same in the best batch (less sensitive to other work on the machine)
+  cpu_us   CPU time of one operation in microseconds (process CPU, maximum over ranks;
+           ucx_perftest polls and reports none: its real time)
   algbw, busbw   GB/s (1e9 bytes/s) where meaningful
 Init-scaling runs are returned separately by load_init().
 """
@@ -34,7 +37,8 @@ SERIES_NAMES = {
 }
 
 # plotting order and colours shared by every figure
-SERIES_ORDER = ["oobx socket", "oobx ucx-shm", "oobx ucx-tcp", "raw TCP", "Open MPI shm",
+SERIES_ORDER = ["oobx socket", "oobx ucx-shm", "oobx ucx-tcp", "raw TCP", "raw TCP busy-poll",
+                "Open MPI shm",
                 "Open MPI tcp", "MPICH", "MPICH tcp", "ucx_perftest shm", "ucx_perftest tcp"]
 
 
@@ -94,15 +98,19 @@ def load(out):
                 kind = "init"
             series = SERIES_NAMES.get(variant, variant)
             rimpl = impl
-            if kind == "tcp_pingpong":
+            if kind in ("tcp_pingpong", "tcp_poll_pingpong"):
                 if variant != "socket":
                     continue  # the same reference again; the socket run's is the one compared
-                kind, series, rimpl = "pingpong", "raw TCP", "tcp"
+                series = "raw TCP busy-poll" if kind == "tcp_poll_pingpong" else "raw TCP"
+                kind, rimpl = "pingpong", "tcp"
             if impl == "ucx_perftest":
                 series = SERIES_NAMES.get(variant, variant)
             lat = b.get("lat_us")
             if lat is None:
                 lat = _to_us(b.get("real_time", 0), b.get("time_unit", "us"))
+            cpu = b.get("cpu_us")
+            if cpu is None:
+                cpu = _to_us(b.get("cpu_time", 0), b.get("time_unit", "us"))
             recs.append({
                 "series": series if algo == "auto" else "%s (%s)" % (series, algo),
                 "base_series": series,
@@ -111,6 +119,7 @@ def load(out):
                 "kind": kind, "bytes": _num(b.get("bytes"), 0),
                 "lat_us": float(lat),
                 "min_us": float(b.get("min_us", lat) or lat),
+                "cpu_us": float(cpu or 0),
                 "algbw": float(b.get("algbw_GBps", 0) or 0),
                 "busbw": float(b.get("busbw_GBps", 0) or 0),
                 "file": os.path.basename(path),
