@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -526,6 +527,10 @@ typedef struct stray {
     int nports;
     int visits;
     uint64_t magic;       /* the job's magic when known (from a unique id), else 0 */
+    int challenged;       /* connections that sent the challenge: the attacker spoke the protocol */
+    int breaches;         /* answers an unauthenticated attacker must never get */
+    int leaks;            /* replies that carried the magic */
+    char breach[300];     /* the first of them */
 } stray_t;
 
 static int socket_inodes(pid_t pid, unsigned long *ino, int max)
@@ -605,6 +610,89 @@ static void stray_keep(stray_t *s, int fd)
         close(fd);
 }
 
+/* Reads what the other side says within ms (at most cap bytes); returns the count. */
+static size_t read_some(int fd, unsigned char *buf, size_t cap, int ms)
+{
+    size_t got = 0;
+    double until = harness_now() + ms / 1000.0;
+    while (got < cap) {
+        int left = (int)((until - harness_now()) * 1000);
+        if (left <= 0) break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0) break;
+        ssize_t n = recv(fd, buf + got, cap - got, MSG_DONTWAIT);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    return got;
+}
+
+static int has_magic(const unsigned char *b, size_t n, uint64_t magic)
+{
+    unsigned char m[8];
+    put64(m, magic);
+    for (size_t i = 0; magic && i + 8 <= n; i++)
+        if (!memcmp(b + i, m, 8)) return 1;
+    return 0;
+}
+
+static void breach(stray_t *s, unsigned port, const char *what)
+{
+    if (!s->breaches++) snprintf(s->breach, sizeof s->breach, "port %u: %s", port, what);
+}
+
+/* An attacker that knows the protocol, the job's size, ports and magic, but
+ * not its secret: it answers the challenge with a forged proof while claiming
+ * a rank, as a root client (with a report of 10^8 ranks) and as a peer (with
+ * a message header of 2^43 bytes behind it). Whatever comes back must be a
+ * refusal that carries no magic. */
+static void proto_attack(stray_t *s, int family, unsigned port, int type, int claim)
+{
+    int fd = stray_connect(family, port);
+    if (fd < 0) return;
+    unsigned char b[512], in[2048];
+    size_t n = read_some(fd, in, 32, 3000);
+    if (n < 32) {
+        close(fd);
+        return;
+    }
+    s->challenged++;
+    memset(b, 0, sizeof b);
+    hello_bytes(b, 0x5842304fu, 2, (uint16_t)type, s->magic, claim, type == 3 ? 8 : 100000000);
+    for (int i = 32; i < 80; i++) b[i] = (unsigned char)(i * 131 + claim); /* nonce and a forged mac */
+    size_t len = 80;
+    if (type == 3) {
+        /* a message header from the claimed rank: 2^43 payload bytes */
+        put64(b + 80 + 16, 1ull << 43);
+        put32(b + 80 + 24, (uint32_t)claim);
+        b[80 + 28] = 1;
+        b[80 + 30] = 0x0b;
+        b[80 + 31] = 0x0b;
+        len = 80 + 32 + 64;
+    } else {
+        put32(b + 80, (uint32_t)claim);
+        put32(b + 84, 100000000);
+        put32(b + 88, 0);
+        put32(b + 92, 1);
+        put32(b + 96, 1);
+        put32(b + 100, 24);
+        put32(b + 104, 5000);
+        len = 80 + 28 + 24;
+    }
+    (void)!send(fd, b, len, MSG_NOSIGNAL);
+    n = read_some(fd, in, sizeof in, 400);
+    if (has_magic(in, n, s->magic)) {
+        s->leaks++;
+        breach(s, port, "a reply to an unauthenticated client carried the job's magic");
+    }
+    if (type == 3 && n >= 32 && in[6] == 4) breach(s, port, "a forged peer hello was acknowledged");
+    if (type != 3 && n >= 8 && (in[0] | in[1] | in[2] | in[3]) == 0)
+        breach(s, port, "a forged root report got an answer with status 0");
+    if (type != 3 && n >= 8 && (in[0] | in[1] | in[2] | in[3]) != 0 && !memmem(in + 8, n - 8, "not authenticated", 17))
+        breach(s, port, "the root's refusal does not say that the client is not authenticated");
+    close(fd);
+}
+
 /* Everything a confused or hostile client might do, on one port. */
 static void stray_attack(stray_t *s, int family, unsigned port)
 {
@@ -652,6 +740,18 @@ static void stray_attack(stray_t *s, int family, unsigned port)
         put32(b + 48, 1);
         put32(b + 52, 0x7fffffff);
         (void)!send(fd, b, 56, MSG_NOSIGNAL);
+        stray_keep(s, fd);
+    }
+    /* the protocol spoken right, with everything but the secret: a root
+     * report squatting rank 0 and another rank, peer hellos claiming them */
+    int other = 1 + s->visits % 7;
+    proto_attack(s, family, port, 1, 0);
+    proto_attack(s, family, port, 5, other);
+    proto_attack(s, family, port, 3, 0);
+    proto_attack(s, family, port, 3, other);
+    /* a flood of clients that take the challenge and say nothing */
+    for (int i = 0; i < 64; i++) {
+        if ((fd = stray_connect(family, port)) < 0) break;
         stray_keep(s, fd);
     }
     if (s->magic && (fd = stray_connect(family, port)) >= 0) {
@@ -737,6 +837,14 @@ static int rank_stray_target(harness_rank_t *r)
         sleep_ms(40);
     }
     H_OK(r, oobx_barrier(c));
+    /* memory stays bounded under the attacks: no allocation sized by a peer that did not authenticate */
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[200];
+    size_t hwm = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %zu kB", &hwm) == 1) break;
+    if (f) fclose(f);
+    if (hwm > 256 * 1024) H_FAIL(r, "rank %d: peak memory %zu MiB under the attacks (bound 256 MiB)", r->rank, hwm >> 10);
     H_OK(r, oobx_comm_destroy(c));
     return 0;
 }
@@ -768,10 +876,16 @@ static void run_stray_test(const char *name, int from_env, int roots)
     snprintf(msg, sizeof msg, "%s", job.msg);
     harness_job_free(&job);
     for (int i = 0; i < s->nfds; i++) close(s->fds[i]);
-    int visits = s->visits, nfds = s->nfds;
+    int visits = s->visits, nfds = s->nfds, challenged = s->challenged, breaches = s->breaches;
+    char first[sizeof s->breach];
+    snprintf(first, sizeof first, "%s", s->breach);
     free(s);
-    print_message("  %s: %d listening ports attacked, %d stray connections held open\n", name, visits, nfds);
+    print_message("  %s: %d listening ports attacked, %d stray connections held open, %d forged handshakes, %d "
+                  "breaches\n",
+                  name, visits, nfds, challenged, breaches);
     if (v != HARNESS_PASS) fail_msg("%s", msg);
+    if (breaches) fail_msg("%s: %d attacks got through; the first: %s", name, breaches, first);
+    if (challenged < 4 * roots) fail_msg("%s: only %d forged handshakes got as far as the challenge", name, challenged);
     /* every root's port at least; the ranks' own listeners come on top where the
      * transport has them (sockets, UCX over TCP; UCX over shared memory has none) */
     if (visits < roots) fail_msg("%s: found only %d listening ports to attack, fewer than its %d roots", name, visits, roots);
@@ -817,17 +931,20 @@ static int rank_job_b(harness_rank_t *r)
     return 0;
 }
 
-static void test_second_job_same_port(void **state)
+/* Two env-started jobs on one root address and of one size: by job key, or
+ * (no key) by the launcher's identity of each (the harness gives every job
+ * its own OOBX_RUN_KEY, as oobx-run does). B never merges into A. */
+static void second_job(int keyed)
 {
-    (void)state;
     int port = harness_free_port();
     char id[64];
     snprintf(id, sizeof id, "127.0.0.1:%d", port);
     static const char *env_a[] = {"OOBX_JOB_KEY=job-a", NULL};
     static const char *env_b[] = {"OOBX_JOB_KEY=job-b", NULL};
-    harness_job_opts_t oa = {.name = "job_a", .nranks = 4, .from_env = 1, .comm_id = id, .env = env_a,
+    static const char *none[] = {NULL};
+    harness_job_opts_t oa = {.name = "job_a", .nranks = 4, .from_env = 1, .comm_id = id, .env = keyed ? env_a : none,
                              .fn = rank_job_a, .call_timeout_ms = 10000, .deadline_s = 30};
-    harness_job_opts_t ob = {.name = "job_b_other_magic", .nranks = 4, .from_env = 1, .comm_id = id, .env = env_b,
+    harness_job_opts_t ob = {.name = "job_b_other_magic", .nranks = 4, .from_env = 1, .comm_id = id, .env = keyed ? env_b : none,
                              .fn = rank_job_b, .call_timeout_ms = CALL_TIMEOUT_MS, .deadline_s = 30};
     harness_job_t a, b;
     if (harness_job_start(&a, &oa) != 0) fail_msg("%s", a.msg);
@@ -846,6 +963,18 @@ static void test_second_job_same_port(void **state)
     harness_job_free(&b);
     if (va != HARNESS_PASS) fail_msg("job A was harmed by job B: %s", ma);
     if (vb != HARNESS_PASS) fail_msg("job B did not fail cleanly: %s", mb);
+}
+
+static void test_second_job_same_port(void **state)
+{
+    (void)state;
+    second_job(1);
+}
+
+static void test_second_job_same_port_no_key(void **state)
+{
+    (void)state;
+    second_job(0);
 }
 
 /* ---- unique ids of another version ----------------------------------------------------- */
@@ -1067,6 +1196,7 @@ int main(void)
         cmocka_unit_test(test_stray_clients),
         cmocka_unit_test(test_stray_clients_env),
         cmocka_unit_test(test_second_job_same_port),
+        cmocka_unit_test(test_second_job_same_port_no_key),
         cmocka_unit_test(test_bad_ids),
         cmocka_unit_test(test_abort_in_allgather),
         cmocka_unit_test(test_cycles),
