@@ -35,6 +35,21 @@ const oobx__tp_entry_t *oobx__tp_by_id(uint32_t id)
     return NULL;
 }
 
+int oobx__tp_auto_order(const oobx__tp_entry_t **order, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < OOBX_ARRAY_SIZE(tp_table) && n < max; i++) {
+        if (tp_table[i].auto_order <= 0) continue;
+        int k = n++; /* insertion: equal places keep the table's order */
+        while (k > 0 && order[k - 1]->auto_order > tp_table[i].auto_order) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = &tp_table[i];
+    }
+    return n;
+}
+
 void oobx__tp_names(char *buf, size_t len)
 {
     buf[0] = '\0';

@@ -26,6 +26,10 @@ const oobx__tp_entry_t *oobx__tp_find(const char *name); /* NULL: no such transp
 const oobx__tp_entry_t *oobx__tp_by_id(uint32_t id);      /* NULL: no such id */
 /* "socket, ucx, verbs" */
 void oobx__tp_names(char *buf, size_t len);
+/* The transports OOBX_TRANSPORT=auto tries, in the order it tries them
+ * (auto_order 1 first; those with 0 left out): auto takes the first that
+ * loads and creates an instance. Writes at most max; returns how many. */
+int oobx__tp_auto_order(const oobx__tp_entry_t **order, int max);
 
 /* The module directory in effect for s: OOBX_MODULE_DIR, else the one fixed
  * when the library was built (the build tree) or installed ($(LIBDIR)/oobx). */

@@ -1,8 +1,9 @@
 /*
  * oobx-info: what oobx would do on this machine. The version and library,
- * each transport (built? usable here? why not), the socket interface it would
- * choose and why, every setting with its default, value and doc (-c), and the
- * device topology report (-t).
+ * each transport (built? usable here? why not), the one OOBX_TRANSPORT=auto
+ * would take and why, the socket interface it would choose and why, every
+ * setting with its default, value and doc (-c), and the device topology
+ * report (-t).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,9 +30,9 @@ static void usage(FILE *fp)
 {
     fprintf(fp,
             "usage: oobx-info [-c] [-t] [-u] [-v] [-h]\n"
-            "With no option: the version, each transport (built, usable here, or why not) and\n"
-            "the socket interface oobx would choose, and why. Settings come from the OOBX_*\n"
-            "environment variables, as in a job.\n"
+            "With no option: the version, each transport (built, usable here, or why not), the\n"
+            "one OOBX_TRANSPORT=auto would take and why, and the socket interface oobx would\n"
+            "choose, and why. Settings come from the OOBX_* environment variables, as in a job.\n"
             "  -c, --config     every setting: default, value in this environment, and doc\n"
             "  -t, --topology   devices, their locality, and what each transport would pick\n"
             "  -u, --usable     the names of the usable transports, one a line (for scripts)\n"
@@ -59,6 +60,34 @@ static void tp_check(const char *name, const oobx_settings_t *s, tp_state_t *st)
     if (oobx__tp_probe(name, s, st->why, sizeof st->why) == OOBX_SUCCESS) st->usable = 1;
 }
 
+/* OOBX_TRANSPORT=auto: the transport it would take here and why. Auto tries
+ * the table's auto order (oobx__tp_auto_order, as init does) and takes the
+ * first that loads and creates an instance; tp_check made a one-rank one. */
+static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state_t *st)
+{
+    const oobx__tp_entry_t *order[8];
+    int norder = oobx__tp_auto_order(order, (int)(sizeof order / sizeof order[0]));
+    const oobx__tp_entry_t *pick = NULL;
+    char names[128] = "";
+    for (int k = 0; k < norder; k++) {
+        size_t o = strlen(names);
+        snprintf(names + o, sizeof names - o, "%s%s", k ? ", " : "", order[k]->name);
+        int i = (int)(order[k] - tab);
+        if (!pick && i >= 0 && i < n && st[i].usable) pick = order[k];
+    }
+    printf("  OOBX_TRANSPORT=auto would use: %s\n", pick ? pick->name : "none, jobs will fail to start");
+    printf("    why: auto tries %s in turn and takes the first that loads and starts here:\n", names);
+    for (int k = 0; k < norder; k++) {
+        int i = (int)(order[k] - tab);
+        if (i < 0 || i >= n) continue;
+        if (order[k] == pick) {
+            printf("      %-7s starts (a one-rank instance was made here)\n", pick->name);
+            break;
+        }
+        printf("      %-7s not used: %s\n", order[k]->name, st[i].why[0] ? st[i].why : "no reason given");
+    }
+}
+
 /* What a module transport says about this host (its describe op). */
 static void print_module_details(const oobx__tp_entry_t *e, const tp_state_t *st, const oobx_settings_t *s)
 {
@@ -84,12 +113,7 @@ static void print_transports(const oobx_settings_t *s)
             printf("  %-7s %s\n", tab[i].name, state);
     }
     if (!strcmp(s->transport, "auto")) {
-        /* auto: the first usable in the table's auto order */
-        const oobx__tp_entry_t *pick = NULL;
-        for (int i = 0; i < n; i++)
-            if (st[i].usable && tab[i].auto_order > 0 && (!pick || tab[i].auto_order < pick->auto_order))
-                pick = &tab[i];
-        printf("  OOBX_TRANSPORT=auto would use: %s\n", pick ? pick->name : "none");
+        print_auto_choice(tab, n, st);
     } else {
         int i = 0;
         while (i < n && strcmp(tab[i].name, s->transport)) i++;
