@@ -127,6 +127,59 @@ else
     skipped "hello checks: $hello is not built (make $hello)"
 fi
 
+# ---- oobx-info and oobx-bench ----
+info=$build/bin/oobx-info
+bench=$build/bin/oobx-bench
+if [ -x "$info" ]; then
+    # no modules: auto passes over ucx and verbs, each with its reason, and takes socket
+    env -u OOBX_TRANSPORT OOBX_MODULE_DIR="$tmp/no-modules" "$info" >"$tmp/out" 2>"$tmp/err"
+    if grep -q '^  OOBX_TRANSPORT=auto would use: socket$' "$tmp/out" &&
+        grep -q '^    why: auto tries ucx, verbs, socket in turn' "$tmp/out" &&
+        grep -Eq '^      ucx +not used: module .*liboobx-ucx\.so does not load' "$tmp/out" &&
+        grep -Eq '^      socket +starts' "$tmp/out"; then ok "oobx-info: what auto would take, and why"
+    else bad "oobx-info: what auto would take, and why"; fi
+    env -u OOBX_TRANSPORT "$info" >"$tmp/out" 2>"$tmp/err"
+    if grep -Eq '^  OOBX_TRANSPORT=auto would use: (ucx|verbs|socket)$' "$tmp/out" &&
+        grep -Eq '^      (ucx|verbs|socket) +starts' "$tmp/out"; then ok "oobx-info: auto's choice with the built modules"
+    else bad "oobx-info: auto's choice with the built modules"; fi
+else
+    skipped "oobx-info checks: $info is not built"
+fi
+if [ -x "$bench" ]; then
+    env -i PATH="$PATH" "$bench" --help >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    if [ "$got" -eq 0 ] && grep -q '^usage: oobx-run -n N' "$tmp/out" && grep -q -- '--benchmark_filter' "$tmp/out"
+    then ok "oobx-bench --help outside a launcher"
+    else echo "     exit status $got"; bad "oobx-bench --help outside a launcher"; fi
+    check "oobx-bench: 2 ranks, table and JSON" 0 '^\[0\] tcp_poll_pingpong/8 ' out -- -n 2 -t socket --timeout 120 -- \
+        "$bench" --sizes=8 --batches=2 --batch-ms=1 --max-inner=1000 \
+        --benchmark_filter='^(allgather|pingpong|tcp_pingpong|tcp_poll_pingpong)/' \
+        --benchmark_out="$tmp/bench.json" --benchmark_out_format=json
+    # plain units: µs or ms and GB/s, never Google Benchmark's suffixes (479.012u, 1.2k)
+    if grep -Eq '^\[0\] allgather/8 .* (µs|ms) .* GB/s' "$tmp/out" &&
+        ! grep -Eq '[0-9][munkMG]( |$)' "$tmp/out"; then ok "oobx-bench: the table has plain units"
+    else bad "oobx-bench: the table has plain units"; fi
+    if python3 - "$tmp/bench.json" >"$tmp/err" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert isinstance(d["context"]["ranks"], int) and isinstance(d["context"]["batches"], int), d["context"]
+names = set()
+for b in d["benchmarks"]:
+    for k in ("real_time", "cpu_time", "iterations", "ops", "lat_us", "cpu_us"):
+        assert isinstance(b[k], (int, float)) and not isinstance(b[k], bool), (b["name"], k, b[k])
+    assert b["time_unit"] == "us" and b["real_time"] > 0 and b["cpu_time"] > 0, b
+    assert abs(b["cpu_time"] - b["cpu_us"]) < 1e-6 * max(1, b["cpu_us"]), b
+    # per operation: a batch of operations costs far more CPU than one does
+    assert b["cpu_time"] < 50 * b["real_time"], b
+    names.add(b["name"].split("/")[0])
+assert names == {"allgather", "pingpong", "tcp_pingpong", "tcp_poll_pingpong"}, names
+PY
+    then ok "oobx-bench: JSON numbers, per-operation cpu_time, both raw TCP ping-pongs"
+    else sed 's/^/     | /' "$tmp/err" | head -5; bad "oobx-bench: JSON numbers, per-operation cpu_time, both raw TCP ping-pongs"; fi
+else
+    skipped "oobx-bench checks: $bench is not built (Google Benchmark missing: sh tools/install-deps.sh bench)"
+fi
+
 # ---- emulated hosts ----
 check "usage: --hosts with --ipv6" 2 'do not go together' err -- -n 2 --hosts 2 --ipv6 true
 check "usage: more hosts than ranks" 2 'more than the 2 ranks' err -- -n 2 --hosts 3 true
