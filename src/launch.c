@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "root.h"
 #include "util.h"
+#include "wire.h"
 
 static int env_int(const char *a, const char *b, int *out)
 {
@@ -20,8 +21,10 @@ static int env_int(const char *a, const char *b, int *out)
     if (!v && b) v = getenv(b);
     if (!v) return 0;
     char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || end == v) return -1;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    /* a rank or a size: 0..OOBX_NRANKS_MAX, nothing that wraps */
+    if (errno || *end || end == v || x < 0 || x > OOBX_NRANKS_MAX) return -1;
     *out = (int)x;
     return 1;
 }
@@ -97,9 +100,9 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     for (size_t i = 0; i < OOBX_ARRAY_SIZE(pairs); i++) {
         int a = env_int(pairs[i][0], NULL, &rank), b = env_int(pairs[i][1], NULL, &nranks);
         if (a < 0 || b < 0)
-            return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=%s / %s=%s are not numbers", pairs[i][0],
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=%s / %s=%s: not numbers in 0..%d", pairs[i][0],
                              getenv(pairs[i][0]) ? getenv(pairs[i][0]) : "", pairs[i][1],
-                             getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "");
+                             getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "", OOBX_NRANKS_MAX);
         if (a && b) {
             from = pairs[i][2];
             break;
@@ -144,6 +147,9 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     int nids = 1;
     for (const char *p = list; *p; p++)
         if (*p == ',') nids++;
+    for (const char *p = list; *p; p++)
+        if (*p == ',' && (p == list || p[1] == ',' || p[1] == '\0'))
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: OOBX_COMM_ID=\"%s\" has an empty entry", rank, list);
     if (nids > nranks)
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %d roots for %d ranks", nids, nranks);
     /* the secret: from the launcher's job identity, the roots, the size and the
@@ -183,6 +189,11 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
         rc = oobx__sock_addr_parse(tok, s.socket_family, &roots[i].addr, why, sizeof(why));
         if (rc != 0) {
             rc = oobx__fail(NULL, rc, "OOBX_COMM_ID entry %d: %s", i, why);
+            break;
+        }
+        if (oobx__sock_addr_port(&roots[i].addr) == 0) {
+            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID entry %d (%s) has port 0: a root needs a fixed port",
+                            i, tok);
             break;
         }
         for (int k = 0; k < i; k++)

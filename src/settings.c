@@ -9,39 +9,40 @@
 
 #include "log.h"
 #include "tp_table.h"
+#include "wire.h"
 
 #define S_(field) offsetof(oobx_settings_t, field), sizeof(((oobx_settings_t *)0)->field)
 
 const oobx_setting_desc_t oobx__settings_table[] = {
-    {"OOBX_TRANSPORT", "auto", "transport of the ring, allgather and p2p: auto, socket, ucx, verbs (auto: ucx when its module loads and a worker can be made, else verbs when its module loads and finds an RDMA device, else socket)", OOBX_SET_STR, S_(transport)},
-    {"OOBX_TIMEOUT_MS", "120000", "bound of each blocking call in ms, init included; -1 waits forever", OOBX_SET_INT, S_(timeout_ms)},
-    {"OOBX_SOCKET_IFNAME", "", "interfaces for sockets: prefix list (eth,ib), ^ excludes (^docker,lo), = exact (=eth0); empty: automatic", OOBX_SET_STR, S_(socket_ifname)},
-    {"OOBX_SOCKET_FAMILY", "", "address family for sockets: AF_INET or AF_INET6 (also 4, 6); empty: either", OOBX_SET_FAMILY, S_(socket_family)},
-    {"OOBX_SOCKET_LINKLOCAL", "0", "1 allows IPv6 link-local addresses", OOBX_SET_BOOL, S_(socket_linklocal)},
-    {"OOBX_COMM_ID", "", "fixed root addresses host:port[,host:port...] for oobx_comm_init_from_env; root i is hosted by the first rank of block i", OOBX_SET_STR, S_(comm_id)},
-    {"OOBX_JOB_KEY", "", "secret key mixed into the job secret of env-started jobs (with the launcher's job identity): only processes that know it can join", OOBX_SET_STR, S_(job_key)},
-    {"OOBX_JOB_KEY_FILE", "", "file holding the job key (mode 600, this user's), instead of OOBX_JOB_KEY", OOBX_SET_STR, S_(job_key_file)},
-    {"OOBX_UID_STAGGER_RATE", "7000", "connections per second to a root when staggering", OOBX_SET_INT, S_(stagger_rate)},
-    {"OOBX_UID_STAGGER_THRESHOLD", "256", "ranks per root above which ranks stagger their first contact", OOBX_SET_INT, S_(stagger_threshold)},
-    {"OOBX_NET_DEVICE", "", "device for the OOB ring on ucx/verbs (UCX device such as mlx5_0:1, or HCA); empty: closest by topology", OOBX_SET_STR, S_(net_device)},
-    {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, ring, bruck, tree (auto: ring for large totals; for small ones Bruck, or tree (gather + broadcast, fewer messages) when a host runs more ranks than it has CPUs)", OOBX_SET_STR, S_(allgather_algo)},
-    {"OOBX_ALLGATHER_BRUCK_MAX", "65536", "auto picks Bruck while nranks*bytes_per_rank is at most this, else the ring", OOBX_SET_SIZE, S_(bruck_max_bytes)},
-    {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes)},
-    {"OOBX_UNEXPECTED_MAX", "1g", "bytes of messages no receive was posted for that one sender may have waiting; more fails that sender", OOBX_SET_SIZE, S_(unexpected_max)},
-    {"OOBX_SPIN_US", "0", "microseconds to poll without sleeping before blocking on file descriptors", OOBX_SET_INT, S_(spin_us)},
-    {"OOBX_TOPO_PCI", "", "PCI bus id (a GPU's) to pick the closest network device for; empty: this thread's CPUs", OOBX_SET_STR, S_(topo_pci)},
-    {"OOBX_RING_SLOT_BYTES", "65536", "slot size of a registered ring buffer", OOBX_SET_SIZE, S_(ring_slot_bytes)},
-    {"OOBX_RING_SLOTS", "16", "slots per registered ring buffer", OOBX_SET_INT, S_(ring_slots)},
-    {"OOBX_NODE_AWARE", "1", "1: ranks of one host share one card table in shared memory and only one leader per host trades cards with the other hosts; 0: every card travels the ring of all ranks", OOBX_SET_BOOL, S_(node_aware)},
-    {"OOBX_NODE_AWARE_MIN", "128", "communicators of fewer ranks use the flat bootstrap even with OOBX_NODE_AWARE=1 (below this size the ring is as fast, and its answers come earlier)", OOBX_SET_INT, S_(node_aware_min)},
-    {"OOBX_HOST_ID", "", "names this rank's host for the node-aware bootstrap (ranks with the same id share memory); empty: the host name (set it for emulated hosts, or containers that share a host name but no /dev/shm)", OOBX_SET_STR, S_(host_id)},
-    {"OOBX_NODE_DIR", "/dev/shm", "directory of the host segments of the node-aware bootstrap (a tmpfs every rank of the host sees)", OOBX_SET_STR, S_(node_dir)},
-    {"OOBX_NODE_BUF", "4M", "bytes of each of the two shared buffers of the node-aware allgather: an allgather of at most this many bytes in all goes through the host's shared memory and its leader; 0: never", OOBX_SET_SIZE, S_(node_buf)},
-    {"OOBX_MODULE_DIR", "", "directory of the transport modules (liboobx-ucx.so, liboobx-verbs.so); empty: the one fixed at build or install time", OOBX_SET_STR, S_(module_dir)},
-    {"OOBX_FAILURE", "job", "job: when a rank fails, every rank's blocked and later calls of the communicators that contain it return OOBX_ERR_REMOTE naming it (the news spreads in log2(N) steps); local: only the calls that wait on the failed rank fail", OOBX_SET_STR, S_(failure)},
-    {"OOBX_LOG_LEVEL", "warn", "none, error, warn, info, debug, trace", OOBX_SET_LEVEL, S_(log_level)},
-    {"OOBX_LOG_FILE", "", "log to this file instead of stderr; %h host, %p pid", OOBX_SET_STR, S_(log_file)},
-    {NULL, NULL, NULL, 0, 0, 0},
+    {"OOBX_TRANSPORT", "auto", "transport of the ring, allgather and p2p: auto, socket, ucx, verbs (auto: ucx when its module loads and a worker can be made, else verbs when its module loads and finds an RDMA device, else socket)", OOBX_SET_STR, S_(transport), 0, 0},
+    {"OOBX_TIMEOUT_MS", "120000", "bound of each blocking call in ms, init included; -1 waits forever", OOBX_SET_INT, S_(timeout_ms), -1, INT_MAX},
+    {"OOBX_SOCKET_IFNAME", "", "interfaces for sockets: prefix list (eth,ib), ^ excludes (^docker,lo), = exact (=eth0); empty: automatic", OOBX_SET_STR, S_(socket_ifname), 0, 0},
+    {"OOBX_SOCKET_FAMILY", "", "address family for sockets: AF_INET or AF_INET6 (also 4, 6); empty: either", OOBX_SET_FAMILY, S_(socket_family), 0, 0},
+    {"OOBX_SOCKET_LINKLOCAL", "0", "1 allows IPv6 link-local addresses", OOBX_SET_BOOL, S_(socket_linklocal), 0, 0},
+    {"OOBX_COMM_ID", "", "fixed root addresses host:port[,host:port...] for oobx_comm_init_from_env; root i is hosted by the first rank of block i", OOBX_SET_STR, S_(comm_id), 0, 0},
+    {"OOBX_JOB_KEY", "", "secret key mixed into the job secret of env-started jobs (with the launcher's job identity): only processes that know it can join", OOBX_SET_STR, S_(job_key), 0, 0},
+    {"OOBX_JOB_KEY_FILE", "", "file holding the job key (mode 600, this user's), instead of OOBX_JOB_KEY", OOBX_SET_STR, S_(job_key_file), 0, 0},
+    {"OOBX_UID_STAGGER_RATE", "7000", "connections per second to a root when staggering", OOBX_SET_INT, S_(stagger_rate), 1, 10000000},
+    {"OOBX_UID_STAGGER_THRESHOLD", "256", "ranks per root above which ranks stagger their first contact", OOBX_SET_INT, S_(stagger_threshold), 0, OOBX_NRANKS_MAX},
+    {"OOBX_NET_DEVICE", "", "device for the OOB ring on ucx/verbs (UCX device such as mlx5_0:1, or HCA); empty: closest by topology", OOBX_SET_STR, S_(net_device), 0, 0},
+    {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, ring, bruck, tree (auto: ring for large totals; for small ones Bruck, or tree (gather + broadcast, fewer messages) when a host runs more ranks than it has CPUs)", OOBX_SET_STR, S_(allgather_algo), 0, 0},
+    {"OOBX_ALLGATHER_BRUCK_MAX", "65536", "auto picks Bruck while nranks*bytes_per_rank is at most this, else the ring", OOBX_SET_SIZE, S_(bruck_max_bytes), 0, 1ll << 40},
+    {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes), 1024, 1ll << 30},
+    {"OOBX_UNEXPECTED_MAX", "1g", "bytes of messages no receive was posted for that one sender may have waiting; more fails that sender", OOBX_SET_SIZE, S_(unexpected_max), 65536, 1ll << 44},
+    {"OOBX_SPIN_US", "0", "microseconds to poll without sleeping before blocking on file descriptors", OOBX_SET_INT, S_(spin_us), 0, 1000000},
+    {"OOBX_TOPO_PCI", "", "PCI bus id (a GPU's) to pick the closest network device for; empty: this thread's CPUs", OOBX_SET_STR, S_(topo_pci), 0, 0},
+    {"OOBX_RING_SLOT_BYTES", "65536", "slot size of a registered ring buffer", OOBX_SET_SIZE, S_(ring_slot_bytes), 256, 1ll << 24},
+    {"OOBX_RING_SLOTS", "16", "slots per registered ring buffer", OOBX_SET_INT, S_(ring_slots), 2, 4096},
+    {"OOBX_NODE_AWARE", "1", "1: ranks of one host share one card table in shared memory and only one leader per host trades cards with the other hosts; 0: every card travels the ring of all ranks", OOBX_SET_BOOL, S_(node_aware), 0, 0},
+    {"OOBX_NODE_AWARE_MIN", "128", "communicators of fewer ranks use the flat bootstrap even with OOBX_NODE_AWARE=1 (below this size the ring is as fast, and its answers come earlier)", OOBX_SET_INT, S_(node_aware_min), 1, OOBX_NRANKS_MAX},
+    {"OOBX_HOST_ID", "", "names this rank's host for the node-aware bootstrap (ranks with the same id share memory); empty: the host name (set it for emulated hosts, or containers that share a host name but no /dev/shm)", OOBX_SET_STR, S_(host_id), 0, 0},
+    {"OOBX_NODE_DIR", "/dev/shm", "directory of the host segments of the node-aware bootstrap (a tmpfs every rank of the host sees)", OOBX_SET_STR, S_(node_dir), 0, 0},
+    {"OOBX_NODE_BUF", "4M", "bytes of each of the two shared buffers of the node-aware allgather: an allgather of at most this many bytes in all goes through the host's shared memory and its leader; 0: never", OOBX_SET_SIZE, S_(node_buf), 0, 1ll << 32},
+    {"OOBX_MODULE_DIR", "", "directory of the transport modules (liboobx-ucx.so, liboobx-verbs.so); empty: the one fixed at build or install time", OOBX_SET_STR, S_(module_dir), 0, 0},
+    {"OOBX_FAILURE", "job", "job: when a rank fails, every rank's blocked and later calls of the communicators that contain it return OOBX_ERR_REMOTE naming it (the news spreads in log2(N) steps); local: only the calls that wait on the failed rank fail", OOBX_SET_STR, S_(failure), 0, 0},
+    {"OOBX_LOG_LEVEL", "warn", "none, error, warn, info, debug, trace", OOBX_SET_LEVEL, S_(log_level), 0, 0},
+    {"OOBX_LOG_FILE", "", "log to this file instead of stderr; %h host, %p pid", OOBX_SET_STR, S_(log_file), 0, 0},
+    {NULL, NULL, NULL, 0, 0, 0, 0, 0},
 };
 
 static int parse_size(const char *v, size_t *out)
@@ -123,6 +124,13 @@ int oobx__settings_parse(const oobx_setting_desc_t *table, void *base, const oob
         if (parse_one(base, d, v) != 0)
             return oobx__fail(log, OOBX_ERR_INVALID, "%s=\"%s\" is not valid: %s (default %s)", d->name, v, d->doc,
                              d->def[0] ? d->def : "empty");
+        if (d->min == 0 && d->max == 0) continue;
+        const char *field = (const char *)base + d->offset;
+        long long x = d->type == OOBX_SET_SIZE ? (long long)*(const size_t *)field : (long long)*(const int *)field;
+        if (d->type == OOBX_SET_SIZE && *(const size_t *)field > (size_t)LLONG_MAX) x = LLONG_MAX;
+        if (x < d->min || x > d->max)
+            return oobx__fail(log, OOBX_ERR_INVALID, "%s=\"%s\" is out of range: %lld..%lld allowed (%s; default %s)",
+                              d->name, v, d->min, d->max, d->doc, d->def[0] ? d->def : "empty");
     }
     return OOBX_SUCCESS;
 }
@@ -149,7 +157,6 @@ int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
             strcpy(s->topo_pci, cfg->topo_pci);
         }
     }
-    if (s->timeout_ms < -1) s->timeout_ms = -1;
     if (s->timeout_ms == 0) s->timeout_ms = 120000;
     if (strcmp(s->transport, "auto") && !oobx__tp_find(s->transport)) {
         char names[128];
@@ -163,9 +170,5 @@ int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
                          s->allgather_algo);
     if (strcmp(s->failure, "job") && strcmp(s->failure, "local"))
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_FAILURE=\"%s\" is not one of job, local", s->failure);
-    if (s->chunk_bytes < 1024) s->chunk_bytes = 1024;
-    if (s->stagger_rate <= 0) s->stagger_rate = 7000;
-    if (s->ring_slots < 2) s->ring_slots = 2;
-    if (s->ring_slot_bytes < 256) s->ring_slot_bytes = 256;
     return OOBX_SUCCESS;
 }

@@ -48,6 +48,7 @@ typedef struct oobx_setting_desc {
     int type;              /* OOBX_SET_* */
     size_t offset;         /* of the field in oobx_settings_t */
     size_t size;           /* of the field (strings) */
+    long long min, max;    /* numbers: the values allowed (both 0: any the type holds) */
 } oobx_setting_desc_t;
 
 /* The table, terminated by a NULL name; read-only. */

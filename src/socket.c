@@ -1190,7 +1190,7 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
 }
 
 /* The socket settings are the core's (the root rendezvous uses them too). */
-static const oobx_setting_desc_t sk_settings[] = {{NULL, NULL, NULL, 0, 0, 0}};
+static const oobx_setting_desc_t sk_settings[] = {{NULL, NULL, NULL, 0, 0, 0, 0, 0}};
 
 const oobx_tp_ops_t oobx__socket_ops = {
     .version = OOBX_TP_VERSION,

@@ -1193,7 +1193,7 @@ void verbs_tp_dump(oobx_tp_t *base, FILE *out)
     }
 }
 
-static const oobx_setting_desc_t verbs_settings[] = {{NULL, NULL, NULL, 0, 0, 0}};
+static const oobx_setting_desc_t verbs_settings[] = {{NULL, NULL, NULL, 0, 0, 0, 0, 0}};
 
 static void verbs_describe_op(FILE *out, const oobx_settings_t *s, const oobx_core_api_t *core)
 {

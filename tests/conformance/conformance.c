@@ -752,15 +752,26 @@ static int rank_huge_truncated(harness_rank_t *r)
     return 0;
 }
 
-/* A malformed setting is OOBX_ERR_INVALID naming the variable. */
+/* Malformed or out-of-range settings: each one alone makes init fail. */
+static const char *const bad_settings[] = {
+    "OOBX_ALLGATHER_ALGO=bogus", "OOBX_CHUNK_BYTES=12",       "OOBX_TIMEOUT_MS=abc",   "OOBX_UNEXPECTED_MAX=-5",
+    "OOBX_RING_SLOTS=99999",     "OOBX_SPIN_US=1000000000",   "OOBX_TIMEOUT_MS=-7",    "OOBX_NODE_BUF=1x",
+    "OOBX_UID_STAGGER_RATE=0",   "OOBX_TIMEOUT_MS=99999999999",
+};
+
+/* A malformed setting is OOBX_ERR_INVALID naming the variable and the value (p.count: which). */
 static int rank_bad_setting(harness_rank_t *r)
 {
+    const char *set = bad_settings[((conf_params_t *)r->arg)->count];
+    char name[64];
+    const char *eq = strchr(set, '=');
+    snprintf(name, sizeof name, "%.*s", (int)(eq - set), set);
     oobx_comm_t c = NULL;
     int rc = harness_comm_init(r, &c);
-    if (rc == OOBX_SUCCESS) H_FAIL(r, "init with OOBX_ALLGATHER_ALGO=bogus succeeded");
-    if (rc != OOBX_ERR_INVALID) H_FAIL(r, "init with OOBX_ALLGATHER_ALGO=bogus: got %s, want OOBX_ERR_INVALID", oobx_error_name(rc));
-    if (!strstr(oobx_last_error(), "OOBX_ALLGATHER_ALGO"))
-        H_FAIL(r, "error text does not name OOBX_ALLGATHER_ALGO: \"%s\"", oobx_last_error());
+    if (rc == OOBX_SUCCESS) H_FAIL(r, "init with %s succeeded", set);
+    if (rc != OOBX_ERR_INVALID) H_FAIL(r, "init with %s: got %s, want OOBX_ERR_INVALID", set, oobx_error_name(rc));
+    if (!strstr(oobx_last_error(), name) || !strstr(oobx_last_error(), eq + 1))
+        H_FAIL(r, "error text does not name %s and its value %s: \"%s\"", name, eq + 1, oobx_last_error());
     return 0;
 }
 
@@ -1148,8 +1159,12 @@ static void build_cases(conf_suite_t *s)
     c = add_case(s, "huge_send_small_recv_n2", rank_huge_truncated, 2, 1);
     c->p.sizes[c->p.nsizes++] = (size_t)40 << 30;
     c->job.call_timeout_ms = 120000;
-    c = add_case(s, "bad_setting_n1", rank_bad_setting, 1, 1);
-    c->env[0] = "OOBX_ALLGATHER_ALGO=bogus";
+    for (size_t k = 0; k < OOBX_ARRAY_SIZE_(bad_settings); k++) {
+        snprintf(name, sizeof name, "bad_setting_%zu_n1", k);
+        c = add_case(s, name, rank_bad_setting, 1, 1);
+        c->env[0] = bad_settings[k];
+        c->p.count = (int)k;
+    }
     c = add_case(s, "abort_flag_blocked_recv_n2", rank_abort, 2, 1);
     c->p.count = 0;
     c = add_case(s, "comm_abort_blocked_recv_n2", rank_abort, 2, 1);
