@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "auth.h"
 #include "ringbuf.h"
 #include "root.h"
 #include "ucx_wire.h"
@@ -108,6 +109,20 @@ static void ids(void)
     h.addr.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     h.addr.sin.sin_port = htons(29500);
     oobx__root_handle_encode(&h, &id);
+    {
+        /* the handshake: a challenge, and a hello with a proof for the fuzz target's secret */
+        static const unsigned char secret[OOBX_SECRET_BYTES] = "oobx-fuzz-secrt";
+        oobx_auth_t a;
+        unsigned char ch[OOBX_CHALLENGE_BYTES], first[OOBX_HELLO_BYTES + OOBX_PROOF_BYTES];
+        oobx__auth_challenge(&a, ch);
+        put("handshake", "challenge", ch, sizeof ch);
+        oobx_hello_t hh = {.proto_magic = OOBX_WIRE_MAGIC, .version = OOBX_WIRE_VERSION, .type = OOBX_HELLO_PEER,
+                           .comm_magic = 0x1234, .rank = 1, .nranks = 4};
+        oobx__hello_encode(&hh, first);
+        memset(a.nonce_a, 0x5a, sizeof a.nonce_a);
+        oobx__auth_prove(secret, &a, first, first + OOBX_HELLO_BYTES);
+        put("handshake", "hello-proof", first, sizeof first);
+    }
     put("unique_id", "ipv4", id.internal, sizeof id.internal);
     memset(&h, 0, sizeof h);
     h.magic = 42;
