@@ -153,16 +153,23 @@ double run_batches(benchmark::State &st, Job &job, Op &&op, double per_op_div = 
     // taken on the maximum over ranks, so every rank takes the same
     long probe = 1;
     double t0, warm;
-    for (;;) {
+    auto probe_time = [&](long count) {
         CHECK(job, oobx_barrier(job.comm));
         t0 = now_s();
-        for (long i = 0; i < probe; i++)
+        for (long i = 0; i < count; i++)
             op();
-        warm = max_over_ranks(job, now_s() - t0) / double(probe);
+        return max_over_ranks(job, now_s() - t0) / double(count);
+    };
+    for (;;) {
+        warm = probe_time(probe);
         if (warm * double(probe) >= 2e-3 || probe >= job.opt.max_inner)
             break;
         probe *= 10;
     }
+    // the last probe once more, the faster counting: one rank descheduled
+    // during a short probe (a busy machine) would otherwise make batches of
+    // a single operation
+    warm = std::min(warm, probe_time(probe));
     long inner = 1;
     if (warm > 0)
         inner = long(job.opt.batch_ms * 1e-3 / warm);
@@ -602,8 +609,8 @@ public:
                     info_.opt.batches, info_.opt.batch_ms);
         width_ = std::max<size_t>(info_.name_width, 9);
         std::string head = pad_right("benchmark", width_) + pad_left("size", 9) + pad_left("time", 12) +
-                           pad_left("best", 12) + pad_left("cpu", 12) + pad_left("algbw", 13) +
-                           pad_left("busbw", 13) + pad_left("ops", 9) + "  note";
+                           pad_left("best", 12) + pad_left("cpu", 12) + pad_left("algbw", 15) +
+                           pad_left("busbw", 15) + pad_left("ops", 9) + "  note";
         out << head << "\n" << std::string(columns(head), '-') << "\n";
         out.flush();
         return true;
@@ -629,8 +636,8 @@ public:
             double best = counter(r, "min_us", NAN);
             line += pad_left(is_ratio(r) ? digits(best * 100) + " %" : plain_time(best), 12);
             line += pad_left(time_col(is_ratio(r) ? run_cpu(r) : run_cpu(r) * to_us), 12);
-            line += pad_left(sized ? plain_bw(counter(r, "algbw_GBps", NAN)) : "", 13);
-            line += pad_left(sized ? plain_bw(counter(r, "busbw_GBps", NAN)) : "", 13);
+            line += pad_left(sized ? plain_bw(counter(r, "algbw_GBps", NAN)) : "", 15);
+            line += pad_left(sized ? plain_bw(counter(r, "busbw_GBps", NAN)) : "", 15);
             line += pad_left(strf("%.0f", counter(r, "ops", 0)), 9);
             std::string note = r.report_label;
             auto add = [&](const std::string &s) { note += (note.empty() ? "" : ", ") + s; };
