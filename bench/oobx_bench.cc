@@ -25,6 +25,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -321,9 +322,12 @@ void bm_stream(benchmark::State &st, Job &job, size_t size)
 
 // ---- raw TCP ping-pong over loopback: the references for the socket transport ----
 // Blocking: read and write sleep in the kernel until data or room arrives, as
-// oobx does. Polling: non-blocking calls retried at once (MSG_DONTWAIT), so
+// oobx does. Polling: non-blocking calls (MSG_DONTWAIT) retried at once, so
 // the process never sleeps and the wake-up is gone from the round trip: the
-// floor of what loopback TCP can do while a core per rank is free.
+// floor of what loopback TCP can do while a core per rank is free. Between
+// tries it yields the processor (as Open MPI's mpi_yield_when_idle does): a
+// no-op on a core of its own, and on a shared one the peer gets to run
+// instead of waiting for the end of the spinner's time slice.
 
 enum class Wait { block, poll };
 
@@ -332,8 +336,12 @@ void write_all(const Job &job, int fd, const char *p, size_t len, Wait wait)
     const int flags = MSG_NOSIGNAL | (wait == Wait::poll ? MSG_DONTWAIT : 0);
     while (len > 0) {
         ssize_t k = send(fd, p, len, flags);
-        if (k < 0 && (errno == EINTR || (wait == Wait::poll && (errno == EAGAIN || errno == EWOULDBLOCK))))
+        if (k < 0 && errno == EINTR)
             continue;
+        if (k < 0 && wait == Wait::poll && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            sched_yield();
+            continue;
+        }
         if (k <= 0)
             fail_errno(job, "tcp reference: send");
         p += k;
@@ -346,8 +354,12 @@ void read_all(const Job &job, int fd, char *p, size_t len, Wait wait)
     const int flags = wait == Wait::poll ? MSG_DONTWAIT : 0;
     while (len > 0) {
         ssize_t k = recv(fd, p, len, flags);
-        if (k < 0 && (errno == EINTR || (wait == Wait::poll && (errno == EAGAIN || errno == EWOULDBLOCK))))
+        if (k < 0 && errno == EINTR)
             continue;
+        if (k < 0 && wait == Wait::poll && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            sched_yield();
+            continue;
+        }
         if (k <= 0) {
             if (k == 0)
                 errno = ECONNRESET;
