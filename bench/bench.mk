@@ -60,6 +60,12 @@ $(BINDIR)/oobx-init-time: $(OBJDIR)/bench/oobx_init_time.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(PROG_LDFLAGS)
 
+# what opening a connection costs (docs/security.md)
+$(BINDIR)/oobx-first-contact: $(OBJDIR)/bench/oobx_first_contact.o $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(PROG_LDFLAGS)
+ALL_TARGETS += $(BINDIR)/oobx-first-contact
+
 # The MPI peers use nothing of oobx: built with each MPI's own compiler wrapper.
 $(BINDIR)/oobx-mpi-peer.openmpi: bench/mpi_peer.c
 	@mkdir -p $(dir $@)

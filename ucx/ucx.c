@@ -820,7 +820,7 @@ static void ucx_destroy(oobx_tp_t *base)
 
 /* The settings this transport owns (parsed at create, listed by oobx-info -c). */
 const oobx_setting_desc_t ucx_settings_table[] = {
-    {"OOBX_UCX_RING", "auto", "UCX ring link: put (registered ring buffer), tag (tag messages), auto (put where RMA is native)", OOBX_SET_STR, offsetof(ucx_settings_t, ring), sizeof(((ucx_settings_t *)0)->ring)},
+    {"OOBX_UCX_RING", "auto", "UCX ring link: put (registered ring buffer), tag (tag messages), auto (put where RMA is native)", OOBX_SET_STR, offsetof(ucx_settings_t, ring), sizeof(((ucx_settings_t *)0)->ring), 0, 0},
     {NULL, NULL, NULL, 0, 0, 0, 0, 0},
 };
 
