@@ -56,7 +56,8 @@ OBJDIR  := $(BUILD)/obj
 # ---- the core library -------------------------------------------------------
 CORE_SRC := $(filter-out src/moddir.c,$(wildcard src/*.c))
 # libsodium: the keyed hashes and random nonces of authentication (src/auth.c)
-LIB_LIBS := -ldl -lm $(shell $(PKG_CONFIG) --libs libsodium 2>/dev/null || echo -lsodium)
+SODIUM_LIBS := $(shell $(PKG_CONFIG) --libs libsodium 2>/dev/null || echo -lsodium)
+LIB_LIBS := -ldl -lm $(SODIUM_LIBS)
 PC_REQUIRES := libsodium
 ifeq ($(HAVE_HWLOC),1)
 CPPFLAGS += -DOOBX_HAVE_HWLOC=1
@@ -67,7 +68,8 @@ include topo/topo.mk
 CORE_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(CORE_SRC) $(TOPO_SRC))
 $(CORE_OBJ): CPPFLAGS += -DOOBX_BUILDING_LIBRARY
 # pure helpers that the modules link as well (hidden in each)
-MODULE_CORE_OBJ := $(OBJDIR)/src/util.o $(OBJDIR)/src/ringbuf.o $(OBJDIR)/src/tp_common.o
+# what modules take of the core as objects (auth.o: the verbs handshake's proofs, with libsodium)
+MODULE_CORE_OBJ := $(OBJDIR)/src/util.o $(OBJDIR)/src/ringbuf.o $(OBJDIR)/src/tp_common.o $(OBJDIR)/src/auth.o
 
 # the module directory: one object for the build tree, one for the install
 MODDIR_OBJ      := $(OBJDIR)/moddir-build.o
@@ -124,6 +126,7 @@ $(OBJDIR)/ucx/%.o $(OBJDIR)/verbs/%.o: CPPFLAGS += -DOOBX_MODULE
 
 # ---- optional parts, each in its own folder ----------------------------------
 include ucx/ucx.mk
+include pmix/pmix.mk
 include verbs/verbs.mk
 include tools/tools.mk
 include tests/tests.mk

@@ -1,54 +1,403 @@
 /*
- * Starting from the environment: which launcher started this process, the
- * rank and size it gives, and where the roots are (oobx_comm_init_from_env).
+ * Starting from the environment (oobx_comm_init_from_env): which launcher
+ * started this process, following the nesting (oobx-run, then torchrun, then
+ * Open MPI or MPICH hydra, then PMIx or Slurm: the innermost wins), the rank,
+ * size and host's ranks it gives, the job identity, and the rendezvous:
+ *   - a root list (OOBX_COMM_ID, or torchrun's MASTER_ADDR:MASTER_PORT+1);
+ *   - unique ids published and fetched through the launcher's key-value
+ *     store: PMIx (liboobx-pmix.so, loaded on demand) or hydra's PMI-1;
+ *   - Slurm without PMI: roots on the step's nodes, at ports derived from the
+ *     job and step ids in OOBX_SLURM_PORT_RANGE.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <unistd.h>
+
 #include "auth.h"
 #include "comm.h"
+#include "launch.h"
 #include "root.h"
+#include "topo.h"
+#include "tp_table.h"
 #include "util.h"
-#include "wire.h"
 
-static int env_int(const char *a, const char *b, int *out)
+#define L_(field) offsetof(oobx_launch_settings_t, field), sizeof(((oobx_launch_settings_t *)0)->field)
+const oobx_setting_desc_t oobx__launch_settings_table[] = {
+    {"OOBX_LAUNCHER", "auto", "launcher whose variables oobx_comm_init_from_env reads: auto (the innermost: oobx, torchrun, ompi or hydra, pmix, slurm), or one of those names", OOBX_SET_STR, L_(launcher), 0, 0},
+    {"OOBX_SLURM_PORT_RANGE", "20000-29999", "ports of the roots of a Slurm step started without PMI: each step's port is derived from its job and step id within this range", OOBX_SET_STR, L_(slurm_ports), 0, 0},
+    {"OOBX_LAUNCH_RANKS_PER_ROOT", "256", "jobs started by a launcher (PMIx, PMI-1, Slurm) get one root per this many ranks (a Slurm step at most one per node)", OOBX_SET_INT, L_(ranks_per_root), 1, 1 << 30},
+    {NULL, NULL, NULL, 0, 0, 0, 0, 0},
+};
+
+const char *oobx__env_process(void *ctx, const char *name)
 {
-    const char *v = getenv(a);
-    if (!v && b) v = getenv(b);
+    (void)ctx;
+    return getenv(name);
+}
+
+/* ---- detection ------------------------------------------------------------ */
+
+typedef struct env {
+    oobx_env_get_fn get;
+    void *ctx;
+    char *why;
+    size_t whylen;
+} env_t;
+
+static const char *env_str(const env_t *e, const char *name)
+{
+    const char *v = e->get(e->ctx, name);
+    return v && *v ? v : NULL;
+}
+
+/* 1 and *out when name is a number, 0 when unset, -1 (why set) otherwise. */
+static int env_num(const env_t *e, const char *name, long *out)
+{
+    const char *v = env_str(e, name);
     if (!v) return 0;
     char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    /* a rank or a size: 0..OOBX_NRANKS_MAX, nothing that wraps */
-    if (errno || *end || end == v || x < 0 || x > OOBX_NRANKS_MAX) return -1;
-    *out = (int)x;
+    long x = strtol(v, &end, 10);
+    if (*end || end == v) {
+        snprintf(e->why, e->whylen, "%s=%s is not a number", name, v);
+        return -1;
+    }
+    *out = x;
     return 1;
 }
 
-/* The launcher's identity of this job, "" when there is none. */
-static void job_identity(char *out, size_t len)
+/* Both of a pair, as rank and size: 0, or -1 with why (half a pair, not a
+ * number, out of range). */
+static int env_pair(const env_t *e, const char *rname, const char *sname, const char *who, int *rank, int *size)
 {
-    static const char *const vars[][2] = {
-        {"OOBX_RUN_KEY", "oobx-run"},      {"TORCHELASTIC_RUN_ID", "torchelastic"},
-        {"PMIX_NAMESPACE", "pmix"},        {"OMPI_MCA_ess_base_jobid", "ompi"},
-        {"PMI_KVSNAME", "hydra"},          {"SLURM_JOB_ID", "slurm"},
-    };
-    out[0] = '\0';
-    for (size_t i = 0; i < OOBX_ARRAY_SIZE(vars); i++) {
-        const char *v = getenv(vars[i][0]);
-        if (!v || !*v) continue;
-        const char *step = strcmp(vars[i][1], "slurm") == 0 ? getenv("SLURM_STEP_ID") : NULL;
-        snprintf(out, len, "%s:%s%s%s", vars[i][1], v, step ? "." : "", step ? step : "");
-        return;
+    long r = -1, s = -1;
+    int a = env_num(e, rname, &r), b = env_num(e, sname, &s);
+    if (a < 0 || b < 0) return -1;
+    if (!a || !b) {
+        snprintf(e->why, e->whylen, "%s: %s is %s but %s is %s (both or neither)", who, rname, a ? "set" : "unset",
+                 sname, b ? "set" : "unset");
+        return -1;
+    }
+    if (s < 1 || s > 0x7fffffff || r < 0 || r >= s) {
+        snprintf(e->why, e->whylen, "%s: %s=%ld of %s=%ld is out of range", who, rname, r, sname, s);
+        return -1;
+    }
+    *rank = (int)r;
+    *size = (int)s;
+    return 0;
+}
+
+/* The optional local pair (-1 each when unset). */
+static int env_local(const env_t *e, const char *rname, const char *sname, const char *who, oobx_launch_t *l)
+{
+    l->local_rank = l->local_size = -1;
+    if (!env_str(e, rname) && !env_str(e, sname)) return 0;
+    return env_pair(e, rname, sname, who, &l->local_rank, &l->local_size);
+}
+
+/* A Slurm step id that names a step of tasks (not the batch script's, the
+ * extern or the interactive step's). */
+static const char *slurm_step(const env_t *e)
+{
+    const char *v = env_str(e, "SLURM_STEP_ID");
+    if (!v) v = env_str(e, "SLURM_STEPID");
+    if (!v) return NULL;
+    char *end;
+    unsigned long x = strtoul(v, &end, 10);
+    if (*end || end == v || x >= 0xfffffff0ul) return NULL;
+    return v;
+}
+
+static int present(const env_t *e, oobx_launcher_t which)
+{
+    switch (which) {
+    case OOBX_LAUNCH_OOBX: return env_str(e, "OOBX_RANK") || env_str(e, "OOBX_NRANKS");
+    case OOBX_LAUNCH_TORCHRUN:
+        return env_str(e, "WORLD_SIZE") ||
+               (env_str(e, "RANK") && (env_str(e, "MASTER_ADDR") || env_str(e, "TORCHELASTIC_RUN_ID")));
+    case OOBX_LAUNCH_OMPI: return env_str(e, "OMPI_COMM_WORLD_RANK") || env_str(e, "OMPI_COMM_WORLD_SIZE");
+    case OOBX_LAUNCH_HYDRA: return env_str(e, "PMI_RANK") || env_str(e, "PMI_SIZE");
+    case OOBX_LAUNCH_PMIX: return env_str(e, "PMIX_RANK") || env_str(e, "PMIX_NAMESPACE");
+    case OOBX_LAUNCH_SLURM: return env_str(e, "SLURM_PROCID") && slurm_step(e);
+    default: return 0;
     }
 }
 
-/* The job key: OOBX_JOB_KEY, or the contents of OOBX_JOB_KEY_FILE (which no
- * one but its owner may read). *len 0: none. */
+static const struct {
+    oobx_launcher_t id;
+    const char *key;  /* OOBX_LAUNCHER */
+    const char *name; /* in messages */
+    const char *vars; /* what shows it */
+} launchers[] = {
+    {OOBX_LAUNCH_OOBX, "oobx", "oobx-run", "OOBX_RANK/OOBX_NRANKS"},
+    {OOBX_LAUNCH_TORCHRUN, "torchrun", "torchrun", "RANK/WORLD_SIZE"},
+    {OOBX_LAUNCH_OMPI, "ompi", "Open MPI", "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE"},
+    {OOBX_LAUNCH_HYDRA, "hydra", "MPICH hydra", "PMI_RANK/PMI_SIZE"},
+    {OOBX_LAUNCH_PMIX, "pmix", "PMIx", "PMIX_RANK/PMIX_NAMESPACE"},
+    {OOBX_LAUNCH_SLURM, "slurm", "Slurm", "SLURM_PROCID/SLURM_STEP_ID"},
+};
+
+static int roots_from_addrs(const env_t *e, const char *comm_id, oobx_launch_t *l, int master_ok)
+{
+    if (comm_id && *comm_id) {
+        snprintf(l->roots, sizeof(l->roots), "%s", comm_id);
+        l->root_list_from_comm_id = 1;
+        oobx__appendf(l->vars, sizeof(l->vars), ", roots from OOBX_COMM_ID=%s", comm_id);
+        l->rdv = OOBX_RDV_ADDRS;
+        return 0;
+    }
+    const char *host = env_str(e, "MASTER_ADDR"), *port = env_str(e, "MASTER_PORT");
+    if (master_ok && host && port) {
+        char *end;
+        long p = strtol(port, &end, 10);
+        if (*end || p < 1 || p > 65534) {
+            snprintf(e->why, e->whylen, "MASTER_PORT=%s is not a port (1..65534)", port);
+            return -1;
+        }
+        /* torchrun's store holds MASTER_PORT itself: the root takes the next port */
+        snprintf(l->roots, sizeof(l->roots), strchr(host, ':') ? "[%s]:%ld" : "%s:%ld", host, p + 1);
+        oobx__appendf(l->vars, sizeof(l->vars), ", root at MASTER_ADDR=%s MASTER_PORT=%s + 1", host, port);
+        l->rdv = OOBX_RDV_ADDRS;
+        return 0;
+    }
+    return 1;
+}
+
+static int detect_one(const env_t *e, oobx_launcher_t which, const char *comm_id, oobx_launch_t *l)
+{
+    const char *v;
+    long x;
+    switch (which) {
+    case OOBX_LAUNCH_OOBX:
+        if (env_pair(e, "OOBX_RANK", "OOBX_NRANKS", "oobx-run", &l->rank, &l->nranks)) return -1;
+        snprintf(l->vars, sizeof(l->vars), "rank from OOBX_RANK, size from OOBX_NRANKS");
+        if (roots_from_addrs(e, comm_id, l, 1) != 0) {
+            snprintf(e->why, e->whylen, "OOBX_RANK/OOBX_NRANKS are set but not OOBX_COMM_ID=host:port[,host:port...]");
+            return -1;
+        }
+        if ((v = env_str(e, "OOBX_RUN_KEY"))) snprintf(l->job_id, sizeof(l->job_id), "oobx-run:%s", v);
+        return 0;
+    case OOBX_LAUNCH_TORCHRUN:
+        if (env_pair(e, "RANK", "WORLD_SIZE", "torchrun", &l->rank, &l->nranks)) return -1;
+        if (env_local(e, "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun", l)) return -1;
+        snprintf(l->vars, sizeof(l->vars), "rank from RANK, size from WORLD_SIZE%s",
+                 l->local_rank >= 0 ? ", local rank from LOCAL_RANK/LOCAL_WORLD_SIZE" : "");
+        if (roots_from_addrs(e, comm_id, l, 1) != 0) {
+            snprintf(e->why, e->whylen, "torchrun: RANK/WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not "
+                     "(nor OOBX_COMM_ID)");
+            return -1;
+        }
+        if ((v = env_str(e, "TORCHELASTIC_RUN_ID"))) snprintf(l->job_id, sizeof(l->job_id), "torchelastic:%s", v);
+        return 0;
+    case OOBX_LAUNCH_OMPI:
+        if (env_pair(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI", &l->rank, &l->nranks)) return -1;
+        if (env_local(e, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI", l)) return -1;
+        snprintf(l->vars, sizeof(l->vars), "rank from OMPI_COMM_WORLD_RANK, size from OMPI_COMM_WORLD_SIZE%s",
+                 l->local_rank >= 0 ? ", local rank from OMPI_COMM_WORLD_LOCAL_RANK/_LOCAL_SIZE" : "");
+        if ((v = env_str(e, "PMIX_RANK")) && env_num(e, "PMIX_RANK", &x) == 1 && x != l->rank) {
+            snprintf(e->why, e->whylen, "Open MPI: OMPI_COMM_WORLD_RANK=%d and PMIX_RANK=%s disagree", l->rank, v);
+            return -1;
+        }
+        if ((v = env_str(e, "PMIX_NAMESPACE"))) snprintf(l->job_id, sizeof(l->job_id), "pmix:%s", v);
+        else snprintf(l->job_id, sizeof(l->job_id), "ompi:%s",
+                      env_str(e, "OMPI_MCA_ess_base_jobid") ? env_str(e, "OMPI_MCA_ess_base_jobid") : "");
+        if (roots_from_addrs(e, comm_id, l, 0) == 0) return 0;
+        if (!v) {
+            snprintf(e->why, e->whylen, "Open MPI: mpirun gave no PMIx server (PMIX_NAMESPACE unset); set "
+                     "OOBX_COMM_ID=host:port");
+            return -1;
+        }
+        l->rdv = OOBX_RDV_PMIX;
+        oobx__appendf(l->vars, sizeof(l->vars), ", roots through PMIx (PMIX_NAMESPACE=%s)", v);
+        return 0;
+    case OOBX_LAUNCH_HYDRA:
+        if (env_pair(e, "PMI_RANK", "PMI_SIZE", "MPICH hydra", &l->rank, &l->nranks)) return -1;
+        if (env_local(e, "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MPICH hydra", l)) return -1;
+        snprintf(l->vars, sizeof(l->vars), "rank from PMI_RANK, size from PMI_SIZE%s",
+                 l->local_rank >= 0 ? ", local rank from MPI_LOCALRANKID/MPI_LOCALNRANKS" : "");
+        snprintf(l->job_id, sizeof(l->job_id), "hydra:");
+        if (roots_from_addrs(e, comm_id, l, 0) == 0) return 0;
+        l->pmi_fd = -1;
+        int fdset = env_num(e, "PMI_FD", &x);
+        if (fdset < 0) return -1;
+        if (fdset) {
+            if (x < 0 || x > 0x7fffffff) {
+                snprintf(e->why, e->whylen, "PMI_FD=%ld is not a file descriptor", x);
+                return -1;
+            }
+            l->pmi_fd = (int)x;
+            oobx__appendf(l->vars, sizeof(l->vars), ", roots through PMI-1 on PMI_FD=%ld", x);
+        } else if ((v = env_str(e, "PMI_PORT"))) {
+            snprintf(l->pmi_addr, sizeof(l->pmi_addr), "%s", v);
+            oobx__appendf(l->vars, sizeof(l->vars), ", roots through PMI-1 at PMI_PORT=%s", v);
+        } else {
+            snprintf(e->why, e->whylen, "MPICH hydra: PMI_RANK/PMI_SIZE are set but neither PMI_FD nor PMI_PORT "
+                     "(nor OOBX_COMM_ID)");
+            return -1;
+        }
+        l->rdv = OOBX_RDV_PMI1;
+        return 0;
+    case OOBX_LAUNCH_PMIX: {
+        v = env_str(e, "PMIX_NAMESPACE");
+        int r = env_num(e, "PMIX_RANK", &x);
+        if (r < 0) return -1;
+        if (!v || !r || x < 0) {
+            snprintf(e->why, e->whylen, "PMIx: PMIX_RANK%s and PMIX_NAMESPACE%s must both be set",
+                     r ? "" : " (unset)", v ? "" : " (unset)");
+            return -1;
+        }
+        l->rank = (int)x;
+        l->nranks = -1;
+        l->local_rank = l->local_size = -1;
+        snprintf(l->job_id, sizeof(l->job_id), "pmix:%s", v);
+        snprintf(l->vars, sizeof(l->vars), "rank from PMIX_RANK, size and local rank from PMIx");
+        /* srun --mpi=pmix: the step's own variables say the same */
+        long sp;
+        if (slurm_step(e) && env_num(e, "SLURM_PROCID", &sp) == 1 && sp != x) {
+            snprintf(e->why, e->whylen, "PMIX_RANK=%ld and SLURM_PROCID=%ld of the same Slurm step disagree", x, sp);
+            return -1;
+        }
+        if (roots_from_addrs(e, comm_id, l, 0) == 0) {
+            long s;
+            if (env_num(e, "SLURM_STEP_NUM_TASKS", &s) == 1 && slurm_step(e)) l->nranks = (int)s;
+            if (l->nranks < 1) {
+                snprintf(e->why, e->whylen, "PMIx with OOBX_COMM_ID: no size (SLURM_STEP_NUM_TASKS) in the environment");
+                return -1;
+            }
+            return 0;
+        }
+        l->rdv = OOBX_RDV_PMIX;
+        oobx__appendf(l->vars, sizeof(l->vars), ", roots through PMIx (PMIX_NAMESPACE=%s)", v);
+        return 0;
+    }
+    case OOBX_LAUNCH_SLURM: {
+        const char *step = slurm_step(e), *job = env_str(e, "SLURM_JOB_ID");
+        const char *ntasks = env_str(e, "SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+        if (!step) {
+            snprintf(e->why, e->whylen, "Slurm: SLURM_PROCID is set but SLURM_STEP_ID names no step of tasks");
+            return -1;
+        }
+        if (!job) {
+            snprintf(e->why, e->whylen, "Slurm: SLURM_STEP_ID=%s is set but SLURM_JOB_ID is not", step);
+            return -1;
+        }
+        if (env_pair(e, "SLURM_PROCID", ntasks, "Slurm", &l->rank, &l->nranks)) return -1;
+        l->local_rank = l->local_size = -1;
+        long lr;
+        if (env_num(e, "SLURM_LOCALID", &lr) < 0) return -1;
+        snprintf(l->slurm_job, sizeof(l->slurm_job), "%s", job);
+        snprintf(l->slurm_step, sizeof(l->slurm_step), "%s", step);
+        snprintf(l->job_id, sizeof(l->job_id), "slurm:%s.%s", job, step);
+        snprintf(l->vars, sizeof(l->vars), "rank from SLURM_PROCID, size from %s", ntasks);
+        /* the host's ranks: this node's count in the step's layout */
+        const char *nodes = env_str(e, "SLURM_STEP_NODELIST"), *tpn = env_str(e, "SLURM_STEP_TASKS_PER_NODE");
+        const char *me = env_str(e, "SLURMD_NODENAME");
+        if (env_num(e, "SLURM_LOCALID", &lr) == 1 && nodes && tpn && me) {
+            char w[256];
+            int n = oobx__hostlist_count(nodes, w, sizeof(w));
+            int *counts = n > 0 ? calloc((size_t)n, sizeof(int)) : NULL;
+            if (counts && oobx__tasks_per_node(tpn, counts, n, w, sizeof(w)) == 0) {
+                for (int j = 0; j < n; j++) {
+                    char name[256];
+                    if (oobx__hostlist_nth(nodes, j, name, sizeof(name), w, sizeof(w)) == 0 && !strcmp(name, me)) {
+                        l->local_rank = (int)lr;
+                        l->local_size = counts[j];
+                        oobx__appendf(l->vars, sizeof(l->vars), ", local rank from SLURM_LOCALID and "
+                                      "SLURM_STEP_TASKS_PER_NODE");
+                        break;
+                    }
+                }
+            }
+            free(counts);
+        }
+        if (roots_from_addrs(e, comm_id, l, 0) == 0) return 0;
+        if (!nodes || !tpn) {
+            snprintf(e->why, e->whylen, "Slurm: SLURM_STEP_NODELIST%s and SLURM_STEP_TASKS_PER_NODE%s are needed "
+                     "for the roots", nodes ? "" : " (unset)", tpn ? "" : " (unset)");
+            return -1;
+        }
+        l->rdv = OOBX_RDV_SLURM;
+        oobx__appendf(l->vars, sizeof(l->vars), ", roots on SLURM_STEP_NODELIST=%s (SLURM_STEP_TASKS_PER_NODE=%s)",
+                      nodes, tpn);
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+int oobx__launch_detect(oobx_env_get_fn get, void *ctx, const char *force, const char *comm_id, oobx_launch_t *out,
+                        char *why, size_t whylen)
+{
+    env_t e = {.get = get, .ctx = ctx, .why = why, .whylen = whylen};
+    oobx_launch_t l;
+    memset(&l, 0, sizeof(l));
+    l.pmi_fd = -1;
+    int pick = -1;
+    char fwhy[600];
+    if (force && *force && strcasecmp(force, "auto")) {
+        for (size_t i = 0; i < OOBX_ARRAY_SIZE(launchers); i++)
+            if (!strcasecmp(force, launchers[i].key)) pick = (int)i;
+        if (pick < 0) {
+            snprintf(why, whylen, "OOBX_LAUNCHER=%s: not auto, oobx, torchrun, ompi, hydra, pmix or slurm", force);
+            return OOBX_ERR_INVALID;
+        }
+        if (!present(&e, launchers[pick].id)) {
+            snprintf(why, whylen, "OOBX_LAUNCHER=%s, but %s is not in the environment", force, launchers[pick].vars);
+            return OOBX_ERR_INVALID;
+        }
+    } else {
+        for (size_t i = 0; i < OOBX_ARRAY_SIZE(launchers) && pick < 0; i++)
+            if (present(&e, launchers[i].id)) pick = (int)i;
+        if (pick < 0) {
+            const char *batch = env_str(&e, "SLURM_PROCID") && !slurm_step(&e)
+                                    ? " (SLURM_PROCID is the batch script's, not a step's: start the ranks with srun, "
+                                      "mpirun or mpiexec)"
+                                    : "";
+            snprintf(why, whylen, "oobx_comm_init_from_env: no launcher in the environment: none of OOBX_RANK/"
+                     "OOBX_NRANKS, RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), PMI_RANK/PMI_SIZE "
+                     "(mpiexec), PMIX_RANK (PMIx), SLURM_PROCID of a step (srun)%s",
+                     batch);
+            return OOBX_ERR_INVALID;
+        }
+        /* Open MPI and hydra never nest each other: one set is left over */
+        if (launchers[pick].id == OOBX_LAUNCH_OMPI && present(&e, OOBX_LAUNCH_HYDRA)) {
+            snprintf(why, whylen, "conflicting launchers: OMPI_COMM_WORLD_RANK=%s (Open MPI) and PMI_RANK=%s (MPICH "
+                     "hydra) are both set; unset the stale ones or set OOBX_LAUNCHER=ompi or hydra",
+                     env_str(&e, "OMPI_COMM_WORLD_RANK") ? env_str(&e, "OMPI_COMM_WORLD_RANK") : "(unset)",
+                     env_str(&e, "PMI_RANK") ? env_str(&e, "PMI_RANK") : "(unset)");
+            return OOBX_ERR_INVALID;
+        }
+    }
+    l.launcher = launchers[pick].id;
+    l.name = launchers[pick].name;
+    if (detect_one(&e, l.launcher, comm_id, &l) != 0) {
+        snprintf(fwhy, sizeof(fwhy), "%s", why);
+        snprintf(why, whylen, "%s", fwhy);
+        return OOBX_ERR_INVALID;
+    }
+    /* the outer launchers whose variables were passed over */
+    int first = 1;
+    for (size_t i = (size_t)pick + 1; i < OOBX_ARRAY_SIZE(launchers); i++) {
+        if (!present(&e, launchers[i].id)) continue;
+        if (l.launcher == OOBX_LAUNCH_OMPI && launchers[i].id == OOBX_LAUNCH_PMIX) continue; /* mpirun's own */
+        oobx__appendf(l.vars, sizeof(l.vars), "%s%s", first ? "; outer launchers passed over: " : ", ",
+                      launchers[i].name);
+        first = 0;
+    }
+    *out = l;
+    return 0;
+}
+
+/* ---- the magic --------------------------------------------------------------- */
+
 static int job_key(const oobx_settings_t *s, int rank, unsigned char *key, size_t cap, size_t *len)
 {
     *len = 0;
@@ -85,52 +434,44 @@ static int job_key(const oobx_settings_t *s, int rank, unsigned char *key, size_
     return 0;
 }
 
-int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
+/* The job's secret and magic: from the launcher's job identity (l->job_id),
+ * the root list ("" when the roots travel through the launcher's store), the
+ * size and the job key (OOBX_JOB_KEY or OOBX_JOB_KEY_FILE), the same on every
+ * rank of the job and different between jobs; the magic is a one-way tag of
+ * the secret. The one place they are derived. */
+static int launch_job_secret(const oobx_launch_t *l, const char *list, int nranks, const oobx_settings_t *s,
+                             unsigned char secret[OOBX_SECRET_BYTES], uint64_t *magic)
 {
-    if (!comm) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init_from_env: comm is NULL");
-    static const char *const pairs[][3] = {
-        {"OOBX_RANK", "OOBX_NRANKS", "oobx"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
-        {"PMI_RANK", "PMI_SIZE", "PMI"},
-        {"RANK", "WORLD_SIZE", "torchrun"},
-    };
-    int rank = -1, nranks = -1;
-    const char *from = NULL;
-    for (size_t i = 0; i < OOBX_ARRAY_SIZE(pairs); i++) {
-        int a = env_int(pairs[i][0], NULL, &rank), b = env_int(pairs[i][1], NULL, &nranks);
-        if (a < 0 || b < 0)
-            return oobx__fail(NULL, OOBX_ERR_INVALID, "%s=%s / %s=%s: not numbers in 0..%d", pairs[i][0],
-                             getenv(pairs[i][0]) ? getenv(pairs[i][0]) : "", pairs[i][1],
-                             getenv(pairs[i][1]) ? getenv(pairs[i][1]) : "", OOBX_NRANKS_MAX);
-        if (a && b) {
-            from = pairs[i][2];
-            break;
-        }
-        rank = nranks = -1;
-    }
-    if (!from)
-        return oobx__fail(NULL, OOBX_ERR_INVALID,
-                         "oobx_comm_init_from_env: no rank and size in the environment (OOBX_RANK/OOBX_NRANKS, "
-                         "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE or RANK/WORLD_SIZE)");
-    if (nranks < 1 || rank < 0 || rank >= nranks)
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d of %d from %s is out of range", rank, nranks, from);
-    oobx_settings_t s;
-    int rc = oobx__settings_load(&s, cfg);
+    unsigned char key[4096];
+    size_t keylen = 0;
+    int rc = job_key(s, l->rank, key, sizeof(key), &keylen);
     if (rc != 0) return rc;
-    char list[1024];
-    if (s.comm_id[0]) {
-        snprintf(list, sizeof(list), "%s", s.comm_id);
-    } else if (getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
-        /* torchrun's store holds MASTER_PORT itself: the root takes the next port */
-        int port = atoi(getenv("MASTER_PORT")) + 1;
-        const char *host = getenv("MASTER_ADDR");
-        snprintf(list, sizeof(list), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-    } else {
-        return oobx__fail(NULL, OOBX_ERR_INVALID,
-                         "rank %d: no root address: set OOBX_COMM_ID=host:port[,host:port...] (or MASTER_ADDR and MASTER_PORT)",
-                         rank);
+    if (oobx__auth_init() != 0) return oobx__fail(NULL, OOBX_ERR_SYSTEM, "rank %d: libsodium cannot start", l->rank);
+    if (!l->job_id[0] && !keylen && l->rank == 0) {
+        /* once per job: the rank that hosts the first root says it */
+        oobx_log_t log;
+        oobx__log_open(&log, s, "oobx");
+        oobx__log(&log, OOBX_LOG_WARN, "this job has no launcher identity and no OOBX_JOB_KEY / OOBX_JOB_KEY_FILE: any "
+                  "process that can reach %s can join it (docs/security.md)", list);
+        oobx__log_close(&log);
     }
+    oobx__auth_env_secret(l->job_id, list, nranks, key, keylen, secret);
+    memset(key, 0, sizeof(key));
+    *magic = oobx__auth_tag(secret);
+    return 0;
+}
+
+/* ---- rendezvous: a root list ------------------------------------------------ */
+
+/* Parses the list, starts the roots this rank hosts, and joins. slurm_nodes:
+ * for a Slurm step, the node name each root is on (the hosting rank checks
+ * it runs there); NULL otherwise. */
+static int init_addrs(oobx_comm_t *comm, const oobx_launch_t *l, const char *list_in, const oobx_settings_t *s,
+                      const oobx_config_t *cfg, char **slurm_nodes, int nnodes, const char *what)
+{
+    char list[1024];
+    snprintf(list, sizeof(list), "%s", list_in);
+    int rank = l->rank, nranks = l->nranks, rc = 0;
     /* a launcher that made and bound the root's socket itself hands it over
      * to the rank hosting that root (oobx-run does, closing the port race) */
     int root_fd = -1;
@@ -141,78 +482,84 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
         for (; *p >= '0' && *p <= '9' && v <= 0x7fffffffL; p++) v = v * 10 + (*p - '0');
         if (*p || v > 0x7fffffffL)
             return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: OOBX_ROOT_FD=%s is not a file descriptor number", rank,
-                             rfd);
+                              rfd);
         root_fd = (int)v;
     }
     int nids = 1;
     for (const char *p = list; *p; p++)
         if (*p == ',') nids++;
+    if (nids > nranks)
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "%s lists %d roots for %d ranks", what, nids, nranks);
     for (const char *p = list; *p; p++)
         if (*p == ',' && (p == list || p[1] == ',' || p[1] == '\0'))
-            return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: OOBX_COMM_ID=\"%s\" has an empty entry", rank, list);
-    if (nids > nranks)
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %d roots for %d ranks", nids, nranks);
-    /* the secret: from the launcher's job identity, the roots, the size and the
-     * job key, the same on every rank; the magic is a one-way tag of it */
-    char identity[300];
-    unsigned char key[4096];
-    size_t keylen = 0;
-    job_identity(identity, sizeof(identity));
-    rc = job_key(&s, rank, key, sizeof(key), &keylen);
-    if (rc != 0) return rc;
-    if (oobx__auth_init() != 0) return oobx__fail(NULL, OOBX_ERR_SYSTEM, "rank %d: libsodium cannot start", rank);
-    if (!identity[0] && !keylen && rank == 0) {
-        /* once per job: the rank that hosts the first root says it */
-        oobx_log_t log;
-        oobx__log_open(&log, &s, "oobx");
-        oobx__log(&log, OOBX_LOG_WARN, "this job has no launcher identity and no OOBX_JOB_KEY / OOBX_JOB_KEY_FILE: any process that "
-                        "can reach %s can join it (docs/security.md)", list);
-        oobx__log_close(&log);
-    }
+            return oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: %s \"%s\" has an empty entry", rank, what, list);
     unsigned char secret[OOBX_SECRET_BYTES];
-    oobx__auth_env_secret(identity, list, nranks, key, keylen, secret);
-    memset(key, 0, sizeof(key));
-    uint64_t magic = oobx__auth_tag(secret);
+    uint64_t magic;
+    rc = launch_job_secret(l, list, nranks, s, secret, &magic);
+    if (rc != 0) return rc;
     root_handle_t *roots = calloc((size_t)nids, sizeof(*roots));
-    oobx_unique_id_t *ids = calloc((size_t)nids, sizeof(*ids));
-    if (!roots || !ids) {
-        free(roots);
-        free(ids);
-        return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
-    }
+    if (!roots) return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
     char *save = NULL;
     int i = 0;
     uint64_t hosted = 0;
     int hosts_root = -1;
     for (char *tok = strtok_r(list, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save), i++) {
         char why[600];
-        rc = oobx__sock_addr_parse(tok, s.socket_family, &roots[i].addr, why, sizeof(why));
+        rc = oobx__sock_addr_parse(tok, s->socket_family, &roots[i].addr, why, sizeof(why));
         if (rc != 0) {
-            rc = oobx__fail(NULL, rc, "OOBX_COMM_ID entry %d: %s", i, why);
-            break;
-        }
-        if (oobx__sock_addr_port(&roots[i].addr) == 0) {
-            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID entry %d (%s) has port 0: a root needs a fixed port",
-                            i, tok);
+            rc = oobx__fail(NULL, rc, "%s entry %d: %s", what, i, why);
             break;
         }
         for (int k = 0; k < i; k++)
             if (oobx__sock_addr_len(&roots[k].addr) == oobx__sock_addr_len(&roots[i].addr) &&
                 !memcmp(&roots[k].addr, &roots[i].addr, oobx__sock_addr_len(&roots[i].addr))) {
-                rc = oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_COMM_ID lists %s twice (entries %d and %d): every root needs its own address",
-                               tok, k, i);
+                rc = oobx__fail(NULL, OOBX_ERR_INVALID, "%s lists %s twice (entries %d and %d): every root needs its "
+                                "own address", what, tok, k, i);
                 break;
             }
         if (rc != 0) break;
+        if (oobx__sock_addr_port(&roots[i].addr) == 0) {
+            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "%s entry %d (%s) has port 0: a root needs a fixed port", what, i,
+                            tok);
+            break;
+        }
+        const struct sockaddr *sa = &roots[i].addr.sa;
+        int loop = (sa->sa_family == AF_INET &&
+                    (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127) ||
+                   (sa->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr));
+        if (slurm_nodes && nnodes > 1 && loop) {
+            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: Slurm node %s (root %d) resolves to the loopback address "
+                            "%s here, which the step's other nodes cannot reach: fix its entry in /etc/hosts or DNS, "
+                            "or set OOBX_COMM_ID", rank, slurm_nodes[i], i, tok);
+            break;
+        }
         roots[i].magic = oobx__mix64(magic, (uint64_t)i);
         memcpy(roots[i].secret, secret, OOBX_SECRET_BYTES);
         if (rank == oobx__root_first_rank(i, nranks, nids)) {
+            if (slurm_nodes) {
+                const char *me = getenv("SLURMD_NODENAME");
+                if (me && strcmp(me, slurm_nodes[i])) {
+                    rc = oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d runs on %s, but the step's task layout "
+                                    "(SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION=%s) puts it on %s, where it hosts "
+                                    "root %d: use srun --mpi=pmix or set OOBX_COMM_ID", rank, me,
+                                    getenv("SLURM_DISTRIBUTION") ? getenv("SLURM_DISTRIBUTION") : "(unset)",
+                                    slurm_nodes[i], i);
+                    break;
+                }
+            }
             root_handle_t h;
             if (root_fd >= 0)
-                rc = oobx__root_start_fd(root_fd, "OOBX_ROOT_FD", &roots[i].addr, roots[i].magic, secret, &s, &h,
+                rc = oobx__root_start_fd(root_fd, "OOBX_ROOT_FD", &roots[i].addr, roots[i].magic, secret, s, &h,
                                          why, sizeof(why));
             else
-                rc = oobx__root_start(&roots[i].addr, roots[i].magic, secret, &s, &h, why, sizeof(why));
+                rc = oobx__root_start(&roots[i].addr, roots[i].magic, secret, s, &h, why, sizeof(why));
+            if (rc == OOBX_ERR_UNAVAILABLE && slurm_nodes) {
+                rc = oobx__fail(NULL, rc, "rank %d cannot host root %d of Slurm step %s at %s: the port derived from "
+                                "the job and step id in OOBX_SLURM_PORT_RANGE is taken (%s); set "
+                                "OOBX_SLURM_PORT_RANGE to a free range, or use srun --mpi=pmix", rank, i,
+                                l->job_id, tok, why);
+                break;
+            }
             if (rc != 0) {
                 rc = oobx__fail(NULL, rc, "rank %d cannot host root %d at %s: %s", rank, i, tok, why);
                 break;
@@ -223,12 +570,298 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     }
     if (rc == 0 && root_fd >= 0 && hosts_root < 0)
         rc = oobx__fail(NULL, OOBX_ERR_INVALID,
-                        "rank %d: OOBX_ROOT_FD=%d is set, but this rank hosts none of the %d roots of OOBX_COMM_ID "
+                        "rank %d: OOBX_ROOT_FD=%d is set, but this rank hosts none of the %d roots of %s "
                         "(root i is hosted by the first rank of block i): the launcher set it for the wrong rank",
-                        rank, root_fd, nids);
-    if (rc == 0) rc = oobx__comm_init_common(comm, nranks, rank, nids, roots, &s, cfg, hosted);
+                        rank, root_fd, nids, what);
+    if (rc == 0) rc = oobx__comm_init_common(comm, nranks, rank, nids, roots, s, cfg, hosted);
     free(roots);
-    free(ids);
+    memset(secret, 0, sizeof(secret));
     return rc;
 }
 
+static int nroots_for(int nranks, const oobx_launch_settings_t *ls)
+{
+    int per = ls->ranks_per_root > 0 ? ls->ranks_per_root : 256;
+    int n = (nranks + per - 1) / per;
+    return n < 1 ? 1 : n > nranks ? nranks : n;
+}
+
+/* ---- rendezvous: Slurm without PMI --------------------------------------------- */
+
+static int init_slurm(oobx_comm_t *comm, const oobx_launch_t *l, const oobx_settings_t *s,
+                      const oobx_launch_settings_t *ls, const oobx_config_t *cfg)
+{
+    int lo, hi;
+    if (oobx__port_range_parse(ls->slurm_ports, &lo, &hi) != 0)
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_SLURM_PORT_RANGE=%s is not lo-hi (1..65535)", ls->slurm_ports);
+    const char *nodes = getenv("SLURM_STEP_NODELIST"), *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
+    const char *dist = getenv("SLURM_DISTRIBUTION");
+    char why[600];
+    int nn = oobx__hostlist_count(nodes, why, sizeof(why));
+    if (nn < 1) return oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_NODELIST: %s", why);
+    int *counts = calloc((size_t)nn, sizeof(int));
+    if (!counts) return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    int rc = 0;
+    if (oobx__tasks_per_node(tpn, counts, nn, why, sizeof(why)) != 0) {
+        free(counts);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_TASKS_PER_NODE: %s", why);
+    }
+    long total = 0;
+    for (int j = 0; j < nn; j++) total += counts[j];
+    if (total != l->nranks) {
+        free(counts);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_TASKS_PER_NODE=%s holds %ld tasks, the step %d", tpn,
+                          total, l->nranks);
+    }
+    int nroots = nroots_for(l->nranks, ls);
+    if (nroots > nn) nroots = nn;
+    if (nroots > hi - lo + 1) nroots = hi - lo + 1;
+    char **names = calloc((size_t)nroots, sizeof(char *));
+    char list[1024] = "";
+    for (int i = 0; names && i < nroots && rc == 0; i++) {
+        int first = oobx__root_first_rank(i, l->nranks, nroots);
+        int node = oobx__task_node(counts, nn, first, dist);
+        if (node < 0) {
+            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_DISTRIBUTION=%s: the task layout does not say which node "
+                            "runs rank %d; use srun --mpi=pmix, a block or cyclic distribution, or set OOBX_COMM_ID",
+                            dist ? dist : "", first);
+            break;
+        }
+        char name[256];
+        if (oobx__hostlist_nth(nodes, node, name, sizeof(name), why, sizeof(why)) != 0) {
+            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_NODELIST: %s", why);
+            break;
+        }
+        names[i] = strdup(name);
+        int port = oobx__slurm_port(l->job_id, lo, hi, i);
+        size_t used = strlen(list);
+        if (!names[i] || used + strlen(name) + 10 >= sizeof(list)) {
+            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "Slurm step: %d roots do not fit in a root list of %zu bytes",
+                            nroots, sizeof(list));
+            break;
+        }
+        snprintf(list + used, sizeof(list) - used, strchr(name, ':') ? "%s[%s]:%d" : "%s%s:%d", i ? "," : "", name,
+                 port);
+    }
+    if (!names) rc = oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    if (rc == 0 && l->rank == 0) {
+        oobx_log_t lg;
+        oobx__log_open(&lg, s, "launch");
+        oobx_log_t *lgp = &lg;
+        OOBX_INFO(lgp, "Slurm step %s: %d roots at %s (ports from OOBX_SLURM_PORT_RANGE=%s)", l->job_id, nroots, list,
+                  ls->slurm_ports);
+        oobx__log_close(&lg);
+    }
+    if (rc == 0) rc = init_addrs(comm, l, list, s, cfg, names, nn, "the Slurm step's root list");
+    for (int i = 0; names && i < nroots; i++) free(names[i]);
+    free(names);
+    free(counts);
+    return rc;
+}
+
+/* ---- rendezvous: a key-value store (PMIx, PMI-1) --------------------------------- */
+
+static int kvs_load_pmix(const oobx_settings_t *s, const oobx_kvs_ops_t **ops, char *why, size_t whylen)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%.350s/%s", oobx__tp_module_dir(s), OOBX_PMIX_MODULE);
+    /* stays loaded, as transport modules do (dlopen counts references) */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, whylen, "the PMIx module %s does not load: %s (build it with libpmix-dev installed, or set "
+                 "OOBX_COMM_ID)", path, dlerror());
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    oobx_kvs_module_init_fn init;
+    *(void **)&init = dlsym(h, OOBX_KVS_MODULE_INIT);
+    if (!init) {
+        snprintf(why, whylen, "the PMIx module %s has no %s", path, OOBX_KVS_MODULE_INIT);
+        dlclose(h);
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    char mwhy[300] = "";
+    int rc = init(OOBX_KVS_VERSION, ops, mwhy, sizeof(mwhy));
+    if (rc != 0 || !*ops || (*ops)->version != OOBX_KVS_VERSION) {
+        snprintf(why, whylen, "the PMIx module %s refuses this library: %s", path, mwhy[0] ? mwhy : "wrong version");
+        dlclose(h);
+        return OOBX_ERR_UNAVAILABLE;
+    }
+    return 0;
+}
+
+static void hex_encode(const void *p, size_t n, char *out)
+{
+    static const char d[] = "0123456789abcdef";
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[b[i] >> 4];
+        out[2 * i + 1] = d[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hex_decode(const char *s, void *p, size_t n)
+{
+    unsigned char *b = p;
+    if (strlen(s) != 2 * n) return -1;
+    for (size_t i = 0; i < 2 * n; i++) {
+        int c = s[i], v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) return -1;
+        if (i & 1) b[i / 2] |= (unsigned char)v;
+        else b[i / 2] = (unsigned char)(v << 4);
+    }
+    return 0;
+}
+
+/* Which exchange of this process with its launcher's store this is: the
+ * keys of a second oobx_comm_init_from_env differ from the first's, so that
+ * no rank reads a stale root. The store is the process's (one launcher per
+ * process), hence a process-wide count. */
+static atomic_uint kvs_exchanges;
+
+static int init_kvs(oobx_comm_t *comm, oobx_launch_t *l, const oobx_settings_t *s, const oobx_launch_settings_t *ls,
+                    const oobx_config_t *cfg)
+{
+    const oobx_kvs_ops_t *ops = &oobx__pmi1_ops;
+    char why[800] = "";
+    int rc = 0;
+    if (l->rdv == OOBX_RDV_PMIX && (rc = kvs_load_pmix(s, &ops, why, sizeof(why))) != 0)
+        return oobx__fail(NULL, rc, "%s (rank %d): %s", l->name, l->rank, why);
+    oobx_kvs_t *k = NULL;
+    int rank = -1, size = -1, lr = -1, lsz = -1, tmo = s->timeout_ms;
+    char job[256] = "";
+    rc = ops->open(l, tmo, &k, &rank, &size, &lr, &lsz, job, sizeof(job), why, sizeof(why));
+    if (rc != 0) return oobx__fail(NULL, rc, "%s (rank %d): %s", l->name, l->rank, why);
+    if ((l->rank >= 0 && rank != l->rank) || (l->nranks > 0 && size != l->nranks)) {
+        ops->close(k);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "%s: the environment says rank %d of %d, the %s server rank %d of %d",
+                          l->name, l->rank, l->nranks, ops->name, rank, size);
+    }
+    if (size < 1 || rank < 0 || rank >= size) {
+        ops->close(k);
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "%s: the %s server gives rank %d of %d", l->name, ops->name, rank,
+                          size);
+    }
+    l->rank = rank;
+    l->nranks = size;
+    if (l->local_rank < 0) {
+        l->local_rank = lr;
+        l->local_size = lsz;
+    }
+    if (l->launcher == OOBX_LAUNCH_HYDRA) snprintf(l->job_id, sizeof(l->job_id), "hydra:%s", job);
+    oobx_log_t lg;
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "rank %d/%d", rank, size);
+    oobx__log_open(&lg, s, prefix);
+    oobx_log_t *lgp = &lg;
+    OOBX_INFO(lgp, "launcher %s (job %s): rank %d of %d, local rank %d of %d: %s", l->name, l->job_id, rank, size,
+              l->local_rank, l->local_size, l->vars);
+    oobx__log_close(&lg);
+
+    unsigned char secret[OOBX_SECRET_BYTES];
+    uint64_t magic;
+    if ((rc = launch_job_secret(l, "", size, s, secret, &magic)) != 0) {
+        ops->close(k);
+        return rc;
+    }
+    int nroots = nroots_for(size, ls);
+    unsigned seq = atomic_fetch_add(&kvs_exchanges, 1);
+    uint64_t hosted = 0;
+    char key[64], val[2 * OOBX_UNIQUE_ID_BYTES + 512];
+    for (int i = 0; i < nroots && rc == 0; i++) {
+        if (oobx__root_first_rank(i, size, nroots) != rank) continue;
+        /* the root listens where a socket would: the interface chosen as for sockets */
+        topo_request_t req = {.ifname_spec = s->socket_ifname, .family = s->socket_family,
+                              .allow_linklocal = s->socket_linklocal,
+                              .pci_target = s->topo_pci[0] ? s->topo_pci : NULL};
+        topo_if_t ifc;
+        oobx_sockaddr_t bind_addr;
+        root_handle_t h;
+        char rwhy[600];
+        memset(&bind_addr, 0, sizeof(bind_addr));
+        int r = oobx__topo_pick_if(&req, &ifc, rwhy, sizeof(rwhy));
+        if (r == 0) {
+            memcpy(&bind_addr, &ifc.addr, ifc.addrlen);
+            oobx__sock_addr_set_port(&bind_addr, 0);
+            r = oobx__root_start(&bind_addr, oobx__mix64(magic, (uint64_t)i), secret, s, &h, rwhy,
+                                 sizeof(rwhy));
+        }
+        snprintf(key, sizeof(key), "oobx.%u.root.%d", seq, i);
+        if (r == 0) {
+            oobx_unique_id_t id;
+            oobx__root_handle_encode(&h, &id);
+            hex_encode(&id, sizeof(id), val);
+            hosted = h.magic;
+        } else {
+            /* the others learn why at once instead of waiting for the timeout */
+            snprintf(val, sizeof(val), "error:%.200s", rwhy);
+            for (char *p = val; *p; p++)
+                if (*p == ' ' || *p == '=' || *p == '\n') *p = '_';
+            rc = oobx__fail(NULL, r, "rank %d cannot host root %d: %s", rank, i, rwhy);
+        }
+        int pr = ops->put(k, key, val, why, sizeof(why));
+        if (pr != 0 && rc == 0) rc = oobx__fail(NULL, pr, "%s (rank %d): %s", l->name, rank, why);
+    }
+    if (rc == 0 && (rc = ops->fence(k, tmo, why, sizeof(why))) != 0)
+        rc = oobx__fail(NULL, rc, "%s (rank %d): %s", l->name, rank, why);
+    root_handle_t *roots = rc == 0 ? calloc((size_t)nroots, sizeof(*roots)) : NULL;
+    if (rc == 0 && !roots) rc = oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nroots && rc == 0; i++) {
+        int host = oobx__root_first_rank(i, size, nroots);
+        snprintf(key, sizeof(key), "oobx.%u.root.%d", seq, i);
+        if ((rc = ops->get(k, host, key, val, sizeof(val), tmo, why, sizeof(why))) != 0) {
+            rc = oobx__fail(NULL, rc, "%s (rank %d): root %d of rank %d: %s", l->name, rank, i, host, why);
+            break;
+        }
+        if (!strncmp(val, "error:", 6)) {
+            rc = oobx__fail(NULL, OOBX_ERR_REMOTE, "rank %d could not host root %d: %s", host, i, val + 6);
+            break;
+        }
+        oobx_unique_id_t id;
+        char dwhy[300];
+        if (hex_decode(val, &id, sizeof(id)) != 0 ||
+            oobx__root_handle_decode(&id, &roots[i], dwhy, sizeof(dwhy)) != 0) {
+            rc = oobx__fail(NULL, OOBX_ERR_PROTOCOL, "%s: root %d of rank %d (key %s) is not a unique id", l->name, i,
+                            host, key);
+            break;
+        }
+        if (roots[i].magic != oobx__mix64(magic, (uint64_t)i)) {
+            rc = oobx__fail(NULL, OOBX_ERR_MISMATCH, "rank %d: root %d of rank %d has another magic than job %s with "
+                            "this rank's OOBX_JOB_KEY gives: do all ranks share OOBX_JOB_KEY?", rank, i, host,
+                            l->job_id);
+            break;
+        }
+    }
+    ops->close(k);
+    if (rc == 0) rc = oobx__comm_init_common(comm, size, rank, nroots, roots, s, cfg, hosted);
+    free(roots);
+    memset(secret, 0, sizeof(secret));
+    return rc;
+}
+
+/* ---- the call --------------------------------------------------------------- */
+
+int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
+{
+    if (!comm) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_init_from_env: comm is NULL");
+    oobx_settings_t s;
+    int rc = oobx__settings_load(&s, cfg);
+    if (rc != 0) return rc;
+    oobx_launch_settings_t ls;
+    rc = oobx__settings_parse(oobx__launch_settings_table, &ls, NULL);
+    if (rc != 0) return oobx__fail(NULL, rc, "%s", oobx_last_error());
+    oobx_launch_t l;
+    char why[1200];
+    rc = oobx__launch_detect(oobx__env_process, NULL, ls.launcher, s.comm_id, &l, why, sizeof(why));
+    if (rc != 0) return oobx__fail(NULL, rc, "%s", why);
+    if (l.rdv == OOBX_RDV_PMIX || l.rdv == OOBX_RDV_PMI1) return init_kvs(comm, &l, &s, &ls, cfg);
+    oobx_log_t lg;
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "rank %d/%d", l.rank, l.nranks);
+    oobx__log_open(&lg, &s, prefix);
+    oobx_log_t *lgp = &lg;
+    OOBX_INFO(lgp, "launcher %s (job %s): %s", l.name, l.job_id, l.vars);
+    oobx__log_close(&lg);
+    if (l.rdv == OOBX_RDV_SLURM) return init_slurm(comm, &l, &s, &ls, cfg);
+    return init_addrs(comm, &l, l.roots, &s, cfg, NULL, 0, l.root_list_from_comm_id ? "OOBX_COMM_ID" : "the root list");
+}
