@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the Debian packages that `make MODE` needs and are missing.
-#   sh tools/install-deps.sh test|demo|bench|fuzz
+#   sh tools/install-deps.sh test|demo|bench|fuzz|launchers
 # Nothing missing: silent. Missing and root: apt-get installs them. Missing and
 # not root: prints the apt-get line and exits 1.
 set -u
@@ -11,8 +11,9 @@ case "$mode" in
     test|demo) want="$base" ;;
     bench) want="$base g++ libbenchmark-dev python3-matplotlib openmpi-bin libopenmpi-dev mpich libmpich-dev" ;;
     fuzz) want="$base clang" ;;
+    launchers) want="$base openmpi-bin libopenmpi-dev mpich libmpich-dev slurm-wlm slurmctld slurmd munge libpmix-dev" ;;
     *)
-        echo "oobx: install-deps.sh: unknown mode '$mode' (test, demo, bench or fuzz)" >&2
+        echo "oobx: install-deps.sh: unknown mode '$mode' (test, demo, bench, fuzz or launchers)" >&2
         exit 2
         ;;
 esac

@@ -1,1 +1,13 @@
-# make test-launchers: oobx jobs under srun, mpirun and mpiexec (docs/launchers.md)
+# make test-launchers: oobx jobs under srun, mpirun and mpiexec (docs/launchers.md).
+# Installs Open MPI, MPICH, Slurm and munge (tools/install-deps.sh launchers),
+# starts a single-node Slurm and runs launch-check and oobx-demo under each.
+LAUNCH_CHECK_BIN := $(BUILD)/tests/launchers/launch-check
+$(LAUNCH_CHECK_BIN): $(OBJDIR)/tests/launchers/launch_check.o $(LIBOOBX_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LDFLAGS) -L$(BLD_LIB) -Wl,-rpath,'$$ORIGIN/../../lib' -loobx
+
+test-launchers:
+	@sh tools/install-deps.sh launchers
+	@$(MAKE) --no-print-directory $(LIBOOBX_SO) $(PMIX_SO) $(BINDIR)/oobx-demo $(LAUNCH_CHECK_BIN)
+	@bash tests/launchers/run-launchers.sh $(BUILD)
+.PHONY: test-launchers

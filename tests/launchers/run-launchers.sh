@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# make test-launchers: oobx jobs started by real launchers with no OOBX_*
+# variable set. Starts a single-node Slurm (munged, slurmctld, slurmd; each
+# stopped by its pid at the end, also on failure) and runs launch-check (a
+# quick conformance subset, every rank's line checked) and oobx-demo under
+# mpirun, mpiexec.hydra, srun, srun --mpi=pmix, sbatch + mpirun, sbatch +
+# mpiexec and srun -n 1 + a torchrun-style loop. A job past its deadline
+# fails naming the ranks that did not finish.
+#   bash tests/launchers/run-launchers.sh BUILD
+set -uo pipefail
+build=${1:-build}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+check="$root/$build/tests/launchers/launch-check"
+demo="$root/$build/bin/oobx-demo"
+for v in $(compgen -e | grep '^OOBX_' || true); do unset "$v"; done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+deadline=60
+started=$(date +%s)
+work=$(mktemp -d /tmp/oobx-launchers.XXXXXX)
+chmod 755 "$work"
+pids=()
+n_pass=0
+n_fail=0
+n_skip=0
+
+stop_daemons() {
+    local i
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        kill "${pids[$i]}" 2>/dev/null && wait "${pids[$i]}" 2>/dev/null
+    done
+    pids=()
+}
+trap 'stop_daemons; rm -rf "$work"' EXIT
+
+# ---- a single-node Slurm -------------------------------------------------------
+host=$(hostname -s)
+export SLURM_CONF="$work/slurm.conf"
+mkdir -p "$work/state" "$work/spool" /run/munge /var/lib/munge /var/log/munge
+cat > "$SLURM_CONF" <<CONF
+ClusterName=oobxtest
+SlurmctldHost=$host
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool
+SlurmctldPidFile=$work/slurmctld.pid
+SlurmdPidFile=$work/slurmd.pid
+SlurmctldPort=16817
+SlurmdPort=16818
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+SlurmctldLogFile=$work/slurmctld.log
+SlurmdLogFile=$work/slurmd.log
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+NodeName=$host CPUs=16 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+munged -F --force --socket="$work/munge.socket" --pid-file="$work/munged.pid" --log-file="$work/munged.log" \
+    --seed-file="$work/munge.seed" 2>"$work/munged.err" &
+pids+=($!)
+sed -i "s|^AuthType=auth/munge|AuthType=auth/munge\nAuthInfo=socket=$work/munge.socket|" "$SLURM_CONF"
+for _ in $(seq 50); do [ -S "$work/munge.socket" ] && break; sleep 0.1; done
+slurmctld -D -f "$SLURM_CONF" >"$work/slurmctld.out" 2>&1 &
+pids+=($!)
+slurmd -D -f "$SLURM_CONF" >"$work/slurmd.out" 2>&1 &
+pids+=($!)
+up=0
+for _ in $(seq 100); do
+    if sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then up=1; break; fi
+    sleep 0.3
+done
+if [ $up -eq 0 ]; then
+    echo "==== Slurm did not come up within 30 s:"
+    tail -5 "$work/slurmctld.log" "$work/slurmd.log" "$work/munged.err" 2>/dev/null
+    echo "tests: 0 passed, 1 failed, 0 skipped"
+    exit 1
+fi
+echo "==== single-node Slurm up on $host in $(($(date +%s) - started)) s (munged, slurmctld, slurmd: pids ${pids[*]})"
+
+# ---- the jobs ---------------------------------------------------------------------
+# verdict NAME N LOG RC: every rank's "ok" line present, else the ranks that are not
+verdict() {
+    local name=$1 n=$2 log=$3 rc=$4 missing="" r
+    for ((r = 0; r < n; r++)); do
+        grep -q "^launch-check: rank $r of $n ok" "$log" || missing="$missing $r"
+    done
+    if [ -z "$missing" ] && [ "$rc" -eq 0 ]; then
+        echo "PASS $name ($n ranks ok)"
+        n_pass=$((n_pass + 1))
+        return
+    fi
+    n_fail=$((n_fail + 1))
+    if [ "$rc" -eq 124 ]; then echo "FAIL $name: deadline of $deadline s passed; ranks not done:$missing"
+    else echo "FAIL $name: exit status $rc; ranks without their ok line:${missing:- none}"; fi
+    grep -v '^launch-check: rank .* ok' "$log" | tail -15 | sed 's/^/    /'
+}
+
+# job NAME N COMMAND...: launch-check under COMMAND
+job() {
+    local name=$1 n=$2 log="$work/job-$((n_pass + n_fail)).log" rc
+    shift 2
+    if [ "$(type -t "$1")" = function ]; then
+        ( export -f "$1"; export work; timeout -k 5 "$deadline" bash -c '"$@"' _ "$@" ) >"$log" 2>&1
+    else
+        timeout -k 5 "$deadline" "$@" >"$log" 2>&1
+    fi
+    rc=$?
+    verdict "$name" "$n" "$log" "$rc"
+}
+
+# demo NAME COMMAND...: oobx-demo under COMMAND, every rank's exit status through the launcher
+demo_job() {
+    local name=$1 log="$work/demo-$((n_pass + n_fail)).log" rc
+    shift
+    timeout -k 5 "$deadline" "$@" >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q 'barrier, 200 calls' "$log"; then
+        echo "PASS $name (oobx-demo)"
+        n_pass=$((n_pass + 1))
+    else
+        n_fail=$((n_fail + 1))
+        echo "FAIL $name (oobx-demo): exit status $rc$([ $rc -eq 124 ] && echo ", deadline of $deadline s passed")"
+        tail -15 "$log" | sed 's/^/    /'
+    fi
+}
+
+job "mpirun -np 8" 8 mpirun.openmpi --oversubscribe -np 8 "$check"
+demo_job "mpirun -np 8" mpirun.openmpi --oversubscribe -np 8 "$demo"
+job "mpiexec.hydra -n 8" 8 mpiexec.hydra -n 8 "$check"
+demo_job "mpiexec.hydra -n 8" mpiexec.hydra -n 8 "$demo"
+job "srun -n 8" 8 srun -n 8 "$check"
+demo_job "srun -n 8" srun -n 8 "$demo"
+if srun --mpi=list 2>&1 | grep -q pmix; then
+    job "srun --mpi=pmix -n 8" 8 srun --mpi=pmix -n 8 "$check"
+    demo_job "srun --mpi=pmix -n 8" srun --mpi=pmix -n 8 "$demo"
+else
+    echo "SKIP srun --mpi=pmix -n 8: Slurm's PMIx plugin is not installed (srun --mpi=list)"
+    n_skip=$((n_skip + 1))
+fi
+cat > "$work/batch-mpirun.sh" <<B
+#!/bin/sh
+exec mpirun.openmpi --oversubscribe -np 8 "$check"
+B
+cat > "$work/batch-mpiexec.sh" <<B
+#!/bin/sh
+exec mpiexec.hydra -n 8 "$check"
+B
+# sbatch writes the job's output to a file: the job's lines are read from there
+batch() { sbatch --wait -n 8 -o "$work/$1.out" "$work/$1.sh" && cat "$work/$1.out"; }
+job "sbatch -n 8 + mpirun -np 8" 8 batch batch-mpirun
+job "sbatch -n 8 + mpiexec.hydra -n 8" 8 batch batch-mpiexec
+# torchrun's variables for 4 ranks, started by one srun task
+cat > "$work/torchrun-loop.sh" <<'B'
+#!/bin/bash
+port=$((29500 + SLURM_JOB_ID % 1000))
+for r in 0 1 2 3; do
+    RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        TORCHELASTIC_RUN_ID="slurm-$SLURM_JOB_ID" "$@" &
+done
+st=0
+for r in 0 1 2 3; do wait -n || st=1; done
+exit $st
+B
+chmod +x "$work"/*.sh
+job "srun -n 1 + torchrun-style loop of 4" 4 srun -n 1 "$work/torchrun-loop.sh" "$check"
+demo_job "srun -n 1 + torchrun-style loop of 4" srun -n 1 "$work/torchrun-loop.sh" "$demo"
+
+echo "==== test-launchers: $(($(date +%s) - started)) s"
+echo "tests: $n_pass passed, $n_fail failed, $n_skip skipped"
+[ $n_fail -eq 0 ]
