@@ -7,6 +7,12 @@
 #include "oobx.h"
 #include "wire.h"
 
+/* little-endian, kept here so that the modules that take this object need no other */
+static void put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static uint16_t get16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
 int oobx__auth_init(void)
 {
     /* idempotent and thread-safe; libsodium's own state, not oobx's */
@@ -43,9 +49,9 @@ void oobx__auth_challenge(oobx_auth_t *a, unsigned char out[OOBX_CHALLENGE_BYTES
 {
     randombytes_buf(a->nonce_a, sizeof(a->nonce_a));
     memset(out, 0, OOBX_CHALLENGE_BYTES);
-    oobx__put_u32(out, OOBX_WIRE_MAGIC);
-    oobx__put_u16(out + 4, OOBX_WIRE_VERSION);
-    oobx__put_u16(out + 6, AUTH_CHALLENGE_TYPE);
+    put32(out, OOBX_WIRE_MAGIC);
+    put16(out + 4, OOBX_WIRE_VERSION);
+    put16(out + 6, AUTH_CHALLENGE_TYPE);
     memcpy(out + 8, a->nonce_a, OOBX_NONCE_BYTES);
 }
 
@@ -55,12 +61,12 @@ int oobx__auth_challenge_decode(const unsigned char *in, size_t len, oobx_auth_t
         snprintf(why, whylen, "challenge of %zu bytes, want %d", len, OOBX_CHALLENGE_BYTES);
         return OOBX_ERR_PROTOCOL;
     }
-    if (oobx__get_u32(in) != OOBX_WIRE_MAGIC || oobx__get_u16(in + 6) != AUTH_CHALLENGE_TYPE) {
+    if (get32(in) != OOBX_WIRE_MAGIC || get16(in + 6) != AUTH_CHALLENGE_TYPE) {
         snprintf(why, whylen, "the other side does not speak oobx (no challenge)");
         return OOBX_ERR_PROTOCOL;
     }
-    if (oobx__get_u16(in + 4) != OOBX_WIRE_VERSION) {
-        snprintf(why, whylen, "the other side speaks oobx wire version %u, this rank %u", oobx__get_u16(in + 4),
+    if (get16(in + 4) != OOBX_WIRE_VERSION) {
+        snprintf(why, whylen, "the other side speaks oobx wire version %u, this rank %u", get16(in + 4),
                  OOBX_WIRE_VERSION);
         return OOBX_ERR_MISMATCH;
     }

@@ -47,7 +47,8 @@ typedef struct sk_send {
     size_t len; /* payload bytes */
     size_t off; /* of OOBX_MSGHDR_BYTES + len sent */
     int rndv;   /* the payload waits for the receiver's CTS (OOBX_FRAME_RTS) */
-    int cts;    /* the CTS_GO came */
+    int cts;    /* the CTS_GO came: a DATA frame header (dhdr) and the payload follow */
+    unsigned char dhdr[OOBX_MSGHDR_BYTES];
     oobx_tp_req_t *req;
 } sk_send_t;
 
@@ -75,6 +76,11 @@ typedef struct sk_conn {
     sk_send_t *sq_head, *sq_tail;
     unsigned char ctl[2 * OOBX_MSGHDR_BYTES]; /* CTS frames owed, written between messages */
     size_t ctl_len, ctl_off;
+    /* receive: a rendezvous told to go, whose DATA frame has not come yet */
+    int rv_pending;
+    oobx_msg_hdr_t rv_hdr;
+    char *rv_dst;
+    void *rv_cookie;
 } sk_conn_t;
 
 typedef struct sk_peer {
@@ -129,10 +135,12 @@ static int conn_wants_out(const sk_conn_t *c)
     return c->ctl_off < c->ctl_len || (c->sq_head && !send_waits_cts(c->sq_head));
 }
 
-/* Nothing of a message is half written: a CTS frame may go now. */
+/* Nothing of a frame is half written: a CTS frame may go now (a rendezvous
+ * header is a whole frame; its payload comes later in a DATA frame). */
 static int conn_at_boundary(const sk_conn_t *c)
 {
-    return !c->sq_head || c->sq_head->off == 0 || send_waits_cts(c->sq_head);
+    const sk_send_t *s = c->sq_head;
+    return !s || s->off == 0 || (s->rndv && s->off == OOBX_MSGHDR_BYTES);
 }
 
 static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
@@ -236,6 +244,8 @@ static void conn_fail(sk_tp_t *t, sk_conn_t *c, int status, const char *what)
     if (peer >= 0) {
         /* a message in flight from this peer is dropped by the core */
         c->cookie = NULL;
+        c->rv_cookie = NULL;
+        c->rv_pending = 0;
         t->p.sink.peer_failed(t->p.sink.core, peer, status, what);
     }
 }
@@ -353,10 +363,44 @@ static void send_fail(sk_tp_t *t, sk_conn_t *c, int err)
     conn_fail(t, c, OOBX_ERR_REMOTE, what);
 }
 
-/* Bytes of s that go before it must wait (a rendezvous header before its CTS). */
+/* Bytes of s that go before it must wait (a rendezvous header before its
+ * CTS); after the CTS a rendezvous is its header, a DATA header, the payload. */
 static size_t send_total(const sk_send_t *s)
 {
-    return OOBX_MSGHDR_BYTES + (s->rndv && !s->cts ? 0 : s->len);
+    if (!s->rndv) return OOBX_MSGHDR_BYTES + s->len;
+    return OOBX_MSGHDR_BYTES + (s->cts ? OOBX_MSGHDR_BYTES + s->len : 0);
+}
+
+/* The iovecs of what is left of s (at most 3). */
+static int send_iov(const sk_send_t *s, struct iovec *iov)
+{
+    struct {
+        const void *p;
+        size_t n;
+    } seg[3];
+    int ns = 0;
+    seg[ns].p = s->hdr;
+    seg[ns++].n = OOBX_MSGHDR_BYTES;
+    if (s->rndv && s->cts) {
+        seg[ns].p = s->dhdr;
+        seg[ns++].n = OOBX_MSGHDR_BYTES;
+    }
+    if (!s->rndv || s->cts) {
+        seg[ns].p = s->payload;
+        seg[ns++].n = s->len;
+    }
+    size_t skip = s->off;
+    int n = 0;
+    for (int i = 0; i < ns; i++) {
+        if (skip >= seg[i].n) {
+            skip -= seg[i].n;
+            continue;
+        }
+        iov[n].iov_base = (char *)seg[i].p + skip;
+        iov[n++].iov_len = seg[i].n - skip;
+        skip = 0;
+    }
+    return n;
 }
 
 /* Writes as much of c's queue (and the CTS frames owed) as the socket takes. */
@@ -380,19 +424,8 @@ static void conn_flush(sk_tp_t *t, sk_conn_t *c)
         struct iovec iov[64];
         int n = 0;
         size_t want = 0;
-        for (sk_send_t *s = c->sq_head; s && n < 62; s = s->next) {
-            if (s->off < OOBX_MSGHDR_BYTES) {
-                iov[n].iov_base = s->hdr + s->off;
-                iov[n++].iov_len = OOBX_MSGHDR_BYTES - s->off;
-                if (s->len && send_total(s) > OOBX_MSGHDR_BYTES) {
-                    iov[n].iov_base = (void *)s->payload;
-                    iov[n++].iov_len = s->len;
-                }
-            } else {
-                size_t done = s->off - OOBX_MSGHDR_BYTES;
-                iov[n].iov_base = (void *)(s->payload + done);
-                iov[n++].iov_len = s->len - done;
-            }
+        for (sk_send_t *s = c->sq_head; s && n < 61; s = s->next) {
+            n += send_iov(s, iov + n);
             want += send_total(s) - s->off;
             /* a rendezvous header, or a CTS owed, ends the batch */
             if (send_total(s) == OOBX_MSGHDR_BYTES && s->rndv) break;
@@ -549,6 +582,8 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                     return -1;
                 }
                 if (c->cur.kind == OOBX_FRAME_CTS_GO) {
+                    oobx_msg_hdr_t d = {.len = s->len, .src = t->rank, .kind = OOBX_FRAME_DATA};
+                    oobx__msghdr_encode(&d, s->dhdr);
                     s->cts = 1;
                 } else {
                     /* the receiver drops it: done without sending the payload */
@@ -562,33 +597,55 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                 if (c->state == SC_DEAD) return -1;
                 continue;
             }
-            int rts = (c->cur.kind & OOBX_FRAME_RTS) != 0;
-            c->cur.kind &= ~(uint32_t)OOBX_FRAME_RTS;
-            if (rts && c->cur.len < SK_RNDV_MIN) {
-                conn_protocol_error(t, c, "rendezvous for a small message");
-                return -1;
-            }
-            c->cookie = NULL;
-            c->dst = t->p.sink.msg_begin(t->p.sink.core, &c->cur, &c->cookie);
-            c->got = 0;
-            c->rx = RX_BODY;
-            if (rts) {
-                if (conn_owe_cts(t, c, c->dst != NULL) != 0) {
-                    conn_protocol_error(t, c, "a rendezvous before the last one's clear-to-send went out");
+            if (c->cur.kind == OOBX_FRAME_DATA) {
+                /* the payload of the rendezvous told to go */
+                if (!c->rv_pending || c->cur.len != c->rv_hdr.len) {
+                    conn_protocol_error(t, c, "a rendezvous payload that was not asked for");
                     return -1;
                 }
-                if (!c->dst) {
-                    /* skipped: the payload never comes */
+                c->rv_pending = 0;
+                c->cur = c->rv_hdr;
+                c->dst = c->rv_dst;
+                c->cookie = c->rv_cookie;
+                c->rv_cookie = NULL;
+                c->got = 0;
+                c->rx = RX_BODY;
+                avail = c->s_tail - c->s_head;
+            } else {
+                int rts = (c->cur.kind & OOBX_FRAME_RTS) != 0;
+                c->cur.kind &= ~(uint32_t)OOBX_FRAME_RTS;
+                if (rts && (c->cur.len < SK_RNDV_MIN || c->rv_pending)) {
+                    conn_protocol_error(t, c, c->rv_pending ? "a rendezvous before the last one's payload"
+                                                            : "rendezvous for a small message");
+                    return -1;
+                }
+                c->cookie = NULL;
+                c->dst = t->p.sink.msg_begin(t->p.sink.core, &c->cur, &c->cookie);
+                c->got = 0;
+                c->rx = RX_BODY;
+                if (rts) {
+                    /* the header is a whole frame: the payload comes in a DATA frame after our CTS */
                     c->rx = RX_HDR;
+                    if (conn_owe_cts(t, c, c->dst != NULL) != 0) {
+                        conn_protocol_error(t, c, "a rendezvous before the last one's clear-to-send went out");
+                        return -1;
+                    }
                     void *cookie = c->cookie;
                     c->cookie = NULL;
-                    t->p.sink.msg_end(t->p.sink.core, cookie);
+                    if (c->dst) {
+                        c->rv_pending = 1;
+                        c->rv_hdr = c->cur;
+                        c->rv_dst = c->dst;
+                        c->rv_cookie = cookie;
+                    } else {
+                        t->p.sink.msg_end(t->p.sink.core, cookie); /* skipped: the payload never comes */
+                    }
+                    conn_flush(t, c);
+                    if (c->state == SC_DEAD) return -1;
+                    continue;
                 }
-                conn_flush(t, c);
-                if (c->state == SC_DEAD) return -1;
-                if (c->rx == RX_HDR) continue;
+                avail = c->s_tail - c->s_head;
             }
-            avail = c->s_tail - c->s_head;
         }
         size_t need = c->cur.len - c->got;
         size_t take = avail < need ? avail : need;
@@ -618,7 +675,7 @@ static int conn_close_one_of_many(sk_tp_t *t, sk_conn_t *c)
     for (sk_conn_t *x = t->conns; x; x = x->next_all)
         if (x != c && x->peer == c->peer && x->fd >= 0 && (x->state == SC_READY || x->state == SC_HELLO_OUT || x->state == SC_CHALLENGE))
             other = x;
-    if (!other || c->rx == RX_BODY) return 0;
+    if (!other || c->rx == RX_BODY || c->rv_pending) return 0;
     sk_peer_t *pp = &t->peers[c->peer];
     if (pp->conn == c) {
         if (c->sq_head) return 0; /* what was queued on it is lost: a real failure */
@@ -674,7 +731,7 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
         peer_describe(t, c->peer, who, sizeof(who));
         if (n == 0)
             snprintf(what, sizeof(what), "%s closed its connection%s", who,
-                     c->rx == RX_BODY ? " in the middle of a message" : "; did it exit or fail?");
+                     c->rx == RX_BODY || c->rv_pending ? " in the middle of a message" : "; did it exit or fail?");
         else
             snprintf(what, sizeof(what), "connection to %s failed: %s", who, strerror(errno));
         OOBX_DEBUG(t->log, "socket: %s", what);

@@ -244,7 +244,7 @@ int oobx__msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, 
             snprintf(why, whylen, "clear-to-send frame with %llu payload bytes", (unsigned long long)v.len);
             return OOBX_ERR_PROTOCOL;
         }
-    } else if (base < OOBX_MSG_P2P || base > OOBX_MSG_CTRL) {
+    } else if (v.kind != OOBX_FRAME_DATA && (base < OOBX_MSG_P2P || base > OOBX_MSG_CTRL)) {
         snprintf(why, whylen, "message of unknown kind %u", v.kind);
         return OOBX_ERR_PROTOCOL;
     }

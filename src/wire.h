@@ -83,11 +83,12 @@ typedef struct oobx_place {
 #define OOBX_MSGHDR_BYTES 32
 /* Socket stream frames beside messages (in the kind field): a message whose
  * kind carries OOBX_FRAME_RTS sends its payload only after the receiver's
- * CTS_GO; after CTS_SKIP (the receiver does not want it) the payload is
- * never sent. CTS frames have no payload. */
+ * CTS_GO, in a DATA frame; after CTS_SKIP (the receiver does not want it)
+ * the payload is never sent. CTS frames have no payload. */
 #define OOBX_FRAME_RTS 0x100u
 #define OOBX_FRAME_CTS_GO 0x200u
 #define OOBX_FRAME_CTS_SKIP 0x201u
+#define OOBX_FRAME_DATA 0x202u /* the payload of the rendezvous told to go (len: its size) */
 #define OOBX_MSGHDR_CHECK 0x0b0bu
 #define OOBX_MSG_MAX_LEN (1ull << 44) /* 16 TiB: anything above is garbage */
 

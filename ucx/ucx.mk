@@ -6,7 +6,7 @@ UCX_SO  := $(BLD_MOD)/liboobx-ucx.so
 $(OBJDIR)/ucx/%.o: CPPFLAGS += $(shell $(PKG_CONFIG) --cflags ucx)
 $(UCX_SO): $(UCX_OBJ) $(MODULE_CORE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(MODULE_LDFLAGS) -o $@ $(UCX_OBJ) $(MODULE_CORE_OBJ) $(shell $(PKG_CONFIG) --libs ucx)
+	$(CC) $(MODULE_LDFLAGS) -o $@ $(UCX_OBJ) $(MODULE_CORE_OBJ) $(shell $(PKG_CONFIG) --libs ucx) $(SODIUM_LIBS)
 ALL_TARGETS += $(UCX_SO)
 MODULE_SOS += $(UCX_SO)
 # the transport's own test and the transport contract (over the module file)

@@ -289,6 +289,17 @@ static void verbs_peer_push(verbs_tp_t *tp, int peer)
     verbs_peer_t *p = &tp->peers[peer];
     verbs_conn_t *c = p->conn;
     if (p->fail.failed || !c || c->state != VERBS_CONN_UP) return;
+    if (!c->proved) {
+        /* the handshake: the connector's proof goes first, and nothing else
+         * goes either way until the other side has proved itself */
+        if (!c->passive && !c->sent_proof && verbs_can_post(c, 1)) {
+            unsigned char mac[OOBX_MAC_BYTES];
+            oobx__auth_mac(tp->secret, 'C', &c->auth, mac);
+            if (verbs_post_msg(tp, c, VERBS_T_AUTH, mac, sizeof(mac), NULL, 0)) return;
+            c->sent_proof = 1;
+        }
+        return;
+    }
     verbs_issue_reads(tp, p, c);
     while (p->ctl_head && !p->fail.failed && verbs_can_post(c, 1 + VERBS_CREDIT_RESERVE)) {
         verbs_ctrl_t *k = p->ctl_head;
@@ -440,6 +451,41 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
     c->tx_credits += m.w.credits;
     if (c->tx_credits > VERBS_RECV_DEPTH) {
         verbs_protocol_error(tp, peer, "more credits returned than receives exist");
+        return;
+    }
+    if (c->proved < 0) return; /* refused: waits for its disconnect */
+    if (!c->proved || m.w.type == VERBS_T_AUTH) {
+        int bad = m.w.type != VERBS_T_AUTH || c->proved || (!c->passive && !c->sent_proof);
+        if (!bad && !oobx__auth_check(tp->secret, c->passive ? 'C' : 'A', &c->auth, m.mac)) bad = 2;
+        if (bad && c->passive) {
+            /* whoever connected claiming this rank did not prove it: the
+             * connection goes, the rank it claimed is not failed */
+            if (oobx__ratelimit_ok(&tp->rl))
+                OOBX_WARN(tp->log, "verbs: dropped a connection claiming rank %d on device %s: %s", peer, tp->dev,
+                          bad == 2 ? "it does not prove this job's secret" : "a message before its proof");
+            c->proved = -1;
+            rdma_disconnect(c->id);
+            return;
+        }
+        if (bad == 2) {
+            verbs_peer_fail(tp, peer, OOBX_ERR_MISMATCH,
+                            "verbs: %s does not prove this job's secret (another job, or a process that took its "
+                            "address); connection dropped",
+                            verbs_who(tp, peer, who, sizeof(who)));
+            return;
+        }
+        if (bad) {
+            verbs_protocol_error(tp, peer, c->proved ? "a second proof" : "a message before its proof");
+            return;
+        }
+        c->proved = 1;
+        if (c->passive) {
+            unsigned char mac[OOBX_MAC_BYTES];
+            oobx__auth_mac(tp->secret, 'A', &c->auth, mac);
+            if (verbs_post_msg(tp, c, VERBS_T_AUTH, mac, sizeof(mac), NULL, 0)) return;
+            c->sent_proof = 1;
+        }
+        verbs_mark_dirty(tp, peer);
         return;
     }
     switch (m.w.type) {
@@ -926,6 +972,7 @@ static int verbs_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->rank = p->rank;
     tp->nranks = p->nranks;
     tp->magic = p->magic;
+    if (p->secret) memcpy(tp->secret, p->secret, OOBX_SECRET_BYTES);
     tp->settings = p->settings;
     tp->core = p->core;
     tp->log = p->log;

@@ -7,7 +7,7 @@ VERBS_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(VERBS_SRC))
 VERBS_SO  := $(BLD_MOD)/liboobx-verbs.so
 $(VERBS_SO): $(VERBS_OBJ) $(MODULE_CORE_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(MODULE_LDFLAGS) -o $@ $(VERBS_OBJ) $(MODULE_CORE_OBJ) -lrdmacm -libverbs
+	$(CC) $(MODULE_LDFLAGS) -o $@ $(VERBS_OBJ) $(MODULE_CORE_OBJ) -lrdmacm -libverbs $(SODIUM_LIBS)
 ALL_TARGETS += $(VERBS_SO)
 MODULE_SOS += $(VERBS_SO)
 # its own unit test is tests/unit/test_verbs_tp.c (rules in tests/tests.mk)

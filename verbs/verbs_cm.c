@@ -105,12 +105,28 @@ static int verbs_conn_qp(verbs_tp_t *tp, verbs_conn_t *c, char *why, size_t whyl
     return 0;
 }
 
-static void verbs_conn_param(verbs_tp_t *tp, struct rdma_conn_param *cp, verbs_cm_hello_t *h)
+/* The private data of a connect request or an accept: the hello and this
+ * side's nonce of the handshake (the proofs follow as the first messages). */
+typedef struct verbs_cm_pd {
+    verbs_cm_hello_t h;
+    unsigned char nonce[OOBX_NONCE_BYTES];
+} verbs_cm_pd_t;
+
+static void verbs_conn_param(verbs_tp_t *tp, verbs_conn_t *c, struct rdma_conn_param *cp, verbs_cm_pd_t *pd)
 {
-    verbs_cm_hello_encode(tp->magic, tp->rank, tp->nranks, h);
+    verbs_cm_hello_encode(tp->magic, tp->rank, tp->nranks, &pd->h);
+    if (c->passive) {
+        oobx__auth_random(c->auth.nonce_a, OOBX_NONCE_BYTES);
+        memcpy(pd->nonce, c->auth.nonce_a, OOBX_NONCE_BYTES);
+    } else {
+        oobx__auth_random(c->auth.nonce_c, OOBX_NONCE_BYTES);
+        memcpy(pd->nonce, c->auth.nonce_c, OOBX_NONCE_BYTES);
+        memset(c->auth.hello, 0, sizeof(c->auth.hello));
+        memcpy(c->auth.hello, &pd->h, sizeof(pd->h));
+    }
     memset(cp, 0, sizeof(*cp));
-    cp->private_data = h;
-    cp->private_data_len = sizeof(*h);
+    cp->private_data = pd;
+    cp->private_data_len = sizeof(*pd);
     cp->responder_resources = (uint8_t)tp->read_depth;
     cp->initiator_depth = (uint8_t)tp->read_depth;
     cp->retry_count = 7;
@@ -179,6 +195,18 @@ static void verbs_on_connect_request(verbs_tp_t *tp, struct rdma_cm_id *id, cons
     }
     int peer = (int)h.rank;
     verbs_peer_t *p = &tp->peers[peer];
+    if ((size_t)plen < sizeof(verbs_cm_pd_t)) {
+        if (oobx__ratelimit_ok(&tp->rl))
+            OOBX_WARN(tp->log, "verbs: rejected a connection from %s on device %s: no handshake nonce", from, tp->dev);
+        verbs_reject(tp, id, VERBS_REJ_VERSION);
+        return;
+    }
+    if (p->conn && p->conn->passive && p->conn->proved <= 0) {
+        /* an accepted connection that has not proved its rank never blocks
+         * the one that comes to prove it */
+        OOBX_DEBUG(tp->log, "verbs: %s connects again; dropping its unproved connection", verbs_who(tp, peer, who, sizeof(who)));
+        verbs_conn_free(tp, p->conn, 1);
+    }
     if (p->fail.failed)
         code = VERBS_REJ_FAILED;
     else if (p->conn && (p->conn->passive || p->conn->state == VERBS_CONN_UP))
@@ -205,6 +233,10 @@ static void verbs_on_connect_request(verbs_tp_t *tp, struct rdma_cm_id *id, cons
     }
     c->id = id;
     id->context = c;
+    /* the connector's hello and nonce, bound into both proofs */
+    memset(c->auth.hello, 0, sizeof(c->auth.hello));
+    memcpy(c->auth.hello, pd, sizeof(verbs_cm_hello_t));
+    memcpy(c->auth.nonce_c, pd + sizeof(verbs_cm_hello_t), OOBX_NONCE_BYTES);
     if (verbs_conn_qp(tp, c, why, sizeof(why))) {
         OOBX_WARN(tp->log, "verbs: cannot accept %s (%s) on device %s: %s", verbs_who(tp, peer, who, sizeof(who)), from,
                   tp->dev, why);
@@ -214,8 +246,8 @@ static void verbs_on_connect_request(verbs_tp_t *tp, struct rdma_cm_id *id, cons
         return;
     }
     struct rdma_conn_param cp;
-    verbs_cm_hello_t mine;
-    verbs_conn_param(tp, &cp, &mine);
+    verbs_cm_pd_t mine;
+    verbs_conn_param(tp, c, &cp, &mine);
     p->conn = c;
     if (p->crossed) tp->ncrossed--;
     p->crossed = 0;
@@ -253,8 +285,8 @@ static void verbs_cm_event(verbs_tp_t *tp, int type, int status, struct rdma_cm_
             return;
         }
         struct rdma_conn_param cp;
-        verbs_cm_hello_t mine;
-        verbs_conn_param(tp, &cp, &mine);
+        verbs_cm_pd_t mine;
+        verbs_conn_param(tp, c, &cp, &mine);
         c->state = VERBS_CONN_CONNECTING;
         if (rdma_connect(c->id, &cp))
             verbs_peer_fail(tp, peer, OOBX_ERR_REMOTE, "verbs: rdma_connect to %s on device %s: %s", who, tp->dev,
@@ -271,6 +303,13 @@ static void verbs_cm_event(verbs_tp_t *tp, int type, int status, struct rdma_cm_
                                 p->addr_text, peer, why);
                 return;
             }
+            if ((size_t)plen < sizeof(verbs_cm_pd_t)) {
+                verbs_peer_fail(tp, peer, OOBX_ERR_PROTOCOL,
+                                "verbs: the listener at %s (expected rank %d) accepted without a handshake nonce",
+                                p->addr_text, peer);
+                return;
+            }
+            memcpy(c->auth.nonce_a, pd + sizeof(verbs_cm_hello_t), OOBX_NONCE_BYTES);
         }
         c->state = VERBS_CONN_UP;
         OOBX_DEBUG(tp->log, "verbs: connected with %s (QP %u, %s)", who, c->qp ? c->qp->qp_num : 0,
@@ -307,6 +346,11 @@ static void verbs_cm_event(verbs_tp_t *tp, int type, int status, struct rdma_cm_
                         who, tp->dev, status, strerror(status < 0 ? -status : status));
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
+        if (c->proved < 0) {
+            /* a connection refused for its proof: gone, and its claimed rank is not failed */
+            verbs_conn_free(tp, c, 0);
+            return;
+        }
         /* what the peer sent before it left is in the CQ, ahead of the flushed receives */
         verbs_poll_cq(tp, 64);
         verbs_peer_fail(tp, peer, OOBX_ERR_REMOTE, "verbs: %s disconnected (device %s QP %u)", who, tp->dev,

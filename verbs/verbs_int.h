@@ -13,6 +13,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "auth.h"
 #include "ringbuf.h"
 #include "verbs.h"
 
@@ -68,6 +69,9 @@ typedef struct verbs_rrec {
 
 typedef struct verbs_conn {
     int peer;
+    oobx_auth_t auth;       /* the nonces (rdma_cm private data) and the connector's hello */
+    int proved;             /* the peer's AUTH checked: messages other than AUTH may flow */
+    int sent_proof;         /* this side's AUTH is posted */
     uint16_t serial;
     int state;              /* VERBS_CONN_* */
     int passive;            /* accepted here */
@@ -110,6 +114,7 @@ struct verbs_tp {
     oobx_tp_t base;
     int rank, nranks;
     uint64_t magic;
+    unsigned char secret[OOBX_SECRET_BYTES];
     const oobx_settings_t *settings;
     const oobx_core_api_t *core; /* the core's services */
     const oobx_log_t *log;

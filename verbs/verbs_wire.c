@@ -198,6 +198,10 @@ int verbs_msg_decode(const void *buf, size_t len, int src, verbs_msg_t *m, char 
         memcpy(&v.setup, body, sizeof(v.setup));
         if (oobx__ringbuf_geom_check(v.setup.slots, v.setup.slot_bytes, why, whylen)) return OOBX_ERR_PROTOCOL;
         break;
+    case VERBS_T_AUTH:
+        if (blen != sizeof(v.mac)) return verbs_bad(why, whylen, "proof of the wrong size");
+        memcpy(v.mac, body, sizeof(v.mac));
+        break;
     case VERBS_T_RCREDIT:
         if (blen != sizeof(v.value)) {
             snprintf(why, whylen, "ring credit of %zu bytes, expected %zu", blen, sizeof(v.value));
@@ -224,6 +228,7 @@ size_t verbs_msg_encode(const verbs_msg_t *m, void *out, size_t cap)
     case VERBS_T_RCREDIT: body = sizeof(m->value); break;
     case VERBS_T_CREDIT: body = 0; break;
     case VERBS_T_SETUP: body = sizeof(m->setup); break;
+    case VERBS_T_AUTH: body = sizeof(m->mac); break;
     default: return 0;
     }
     if (m->w.type == VERBS_T_EAGER && m->hdr.len > VERBS_EAGER_MAX) return 0;
@@ -241,6 +246,7 @@ size_t verbs_msg_encode(const verbs_msg_t *m, void *out, size_t cap)
     case VERBS_T_FIN:
     case VERBS_T_RCREDIT: memcpy(p + n, &m->value, sizeof(m->value)); break;
     case VERBS_T_SETUP: memcpy(p + n, &m->setup, sizeof(m->setup)); break;
+    case VERBS_T_AUTH: memcpy(p + n, m->mac, sizeof(m->mac)); break;
     default: break;
     }
     return n + body;

@@ -21,7 +21,7 @@
 #define VERBS_BLOB_MAGIC 0x4f585642u  /* "BVXO": an address card of this transport */
 #define VERBS_BLOB_VERSION 1
 #define VERBS_CM_MAGIC 0x4f58434du    /* "MCXO": connect / accept / reject private data */
-#define VERBS_CM_VERSION 1
+#define VERBS_CM_VERSION 2 /* 2: the private data carries a nonce after the hello; AUTH */
 
 #define VERBS_RECV_DEPTH 64u          /* receives posted per QP = send credits of the peer */
 #define VERBS_BUF_BYTES 8192u         /* each receive buffer and send bounce buffer */
@@ -41,6 +41,7 @@ enum {
     VERBS_T_CREDIT = 4,  /* nothing but the header's credits */
     VERBS_T_SETUP = 5,   /* verbs_setup_t: the receiver's ring buffer for the link sender -> receiver */
     VERBS_T_RCREDIT = 6, /* uint64_t: every ring chunk before this is free */
+    VERBS_T_AUTH = 7,    /* a 32-byte mac: the first message each side sends (docs/security.md) */
 };
 
 typedef struct verbs_rts {
@@ -163,6 +164,7 @@ typedef struct verbs_msg {
     verbs_rts_t rts;              /* RTS */
     uint64_t value;               /* FIN: the rendezvous id; RCREDIT: the ring credit */
     verbs_setup_t setup;          /* SETUP: a usable ring geometry */
+    unsigned char mac[32];        /* AUTH */
 } verbs_msg_t;
 
 /* A SEND of len bytes that arrived from rank src. Checks everything that

@@ -646,15 +646,16 @@ static void breach(stray_t *s, unsigned port, const char *what)
  * a rank, as a root client (with a report of 10^8 ranks) and as a peer (with
  * a message header of 2^43 bytes behind it). Whatever comes back must be a
  * refusal that carries no magic. */
-static void proto_attack(stray_t *s, int family, unsigned port, int type, int claim)
+/* Returns 0 when the port sent no challenge (not an oobx listener: a UCX one, say). */
+static int proto_attack(stray_t *s, int family, unsigned port, int type, int claim)
 {
     int fd = stray_connect(family, port);
-    if (fd < 0) return;
+    if (fd < 0) return 0;
     unsigned char b[512], in[2048];
-    size_t n = read_some(fd, in, 32, 3000);
+    size_t n = read_some(fd, in, 32, 1500);
     if (n < 32) {
         close(fd);
-        return;
+        return 0;
     }
     s->challenged++;
     memset(b, 0, sizeof b);
@@ -691,6 +692,7 @@ static void proto_attack(stray_t *s, int family, unsigned port, int type, int cl
     if (type != 3 && n >= 8 && (in[0] | in[1] | in[2] | in[3]) != 0 && !memmem(in + 8, n - 8, "not authenticated", 17))
         breach(s, port, "the root's refusal does not say that the client is not authenticated");
     close(fd);
+    return 1;
 }
 
 /* Everything a confused or hostile client might do, on one port. */
@@ -745,10 +747,11 @@ static void stray_attack(stray_t *s, int family, unsigned port)
     /* the protocol spoken right, with everything but the secret: a root
      * report squatting rank 0 and another rank, peer hellos claiming them */
     int other = 1 + s->visits % 7;
-    proto_attack(s, family, port, 1, 0);
-    proto_attack(s, family, port, 5, other);
-    proto_attack(s, family, port, 3, 0);
-    proto_attack(s, family, port, 3, other);
+    if (proto_attack(s, family, port, 1, 0)) {
+        proto_attack(s, family, port, 5, other);
+        proto_attack(s, family, port, 3, 0);
+        proto_attack(s, family, port, 3, other);
+    }
     /* a flood of clients that take the challenge and say nothing */
     for (int i = 0; i < 64; i++) {
         if ((fd = stray_connect(family, port)) < 0) break;

@@ -112,7 +112,15 @@ static void node_settings(node_t *n, int rank, const char *net_device)
     snprintf(n->log.prefix, sizeof(n->log.prefix), "test rank %d", rank);
 }
 
+static int node_try_secret(node_t *n, int rank, int nranks, uint64_t magic, const char *net_device,
+                           const unsigned char *secret);
 static int node_try(node_t *n, int rank, int nranks, uint64_t magic, const char *net_device)
+{
+    return node_try_secret(n, rank, nranks, magic, net_device, NULL);
+}
+
+static int node_try_secret(node_t *n, int rank, int nranks, uint64_t magic, const char *net_device,
+                           const unsigned char *secret)
 {
     node_settings(n, rank, net_device);
     n->msgs = calloc(MSGS_MAX, sizeof(*n->msgs));
@@ -121,6 +129,7 @@ static int node_try(node_t *n, int rank, int nranks, uint64_t magic, const char 
         .rank = rank,
         .nranks = nranks,
         .magic = magic,
+        .secret = secret,
         .settings = &n->set,
         .log = &n->log,
         .sink = {.core = n, .msg_begin = sink_begin, .msg_end = sink_end, .peer_failed = sink_failed},
@@ -870,6 +879,36 @@ static void test_wrong_magic(void **state)
     alarm(0);
 }
 
+/* A rank 1 with the right magic but another secret: the listener accepts its
+ * rdma_cm request, then drops the connection when its proof fails, takes
+ * nothing from it, does not fail rank 1, and serves the real rank 1. */
+static void test_wrong_secret(void **state)
+{
+    (void)state;
+    alarm(30);
+    static const unsigned char good[16] = "the job secret.", bad[16] = "not the secret.";
+    node_t *nodes = calloc(3, sizeof(node_t)); /* 0: listener, 1: good rank 1, 2: rank 1 without the secret */
+    if (node_try_secret(&nodes[0], 0, 2, 0x1234, NULL, good) || node_try_secret(&nodes[1], 1, 2, 0x1234, NULL, good) ||
+        node_try_secret(&nodes[2], 1, 2, 0x1234, NULL, bad))
+        fail_msg("create: %s", oobx_last_error());
+    introduce(&nodes[1], &nodes[0]);
+    introduce(&nodes[2], &nodes[0]);
+    introduce(&nodes[0], &nodes[1]);
+    unsigned char msg[10] = "forged";
+    oobx_tp_req_t req = {0};
+    oobx_msg_hdr_t h = {.ctx = 1, .tag = 1, .len = sizeof(msg), .src = 1, .kind = OOBX_MSG_P2P};
+    assert_int_equal(ops->send(nodes[2].tp, 0, &h, msg, &req), 0);
+    assert_int_equal(run_until(nodes, 3, bad_saw_reject, NULL, 10000), 0);
+    assert_int_equal(nodes[0].nbegun, 0);      /* nothing of the impostor's was taken */
+    assert_int_equal(nodes[0].failed[1], 0);   /* and rank 1 is not failed for it */
+    const size_t sizes[] = {4, 20000};
+    exchange(nodes, 2, 1, 0, sizes, 2);
+    exchange(nodes, 2, 0, 1, sizes, 2);
+    for (int i = 0; i < 3; i++) node_fini(&nodes[i]);
+    free(nodes);
+    alarm(0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -887,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_credits),
         cmocka_unit_test(test_ring),
         cmocka_unit_test(test_wrong_magic),
+        cmocka_unit_test(test_wrong_secret),
     };
     return cmocka_run_group_tests_name("verbs transport (emulated device)", tests, NULL, NULL);
 }
