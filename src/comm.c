@@ -699,7 +699,7 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
         }
     }
     if (rc == 0) memcpy(buf, data, (size_t)nranks * bpr);
-    oobx__node_ag_leave(seg, b);
+    oobx__node_ag_leave(seg, b, k);
     return rc;
 }
 

@@ -1165,7 +1165,7 @@ enum {
     PROBE_ASKED,     /* at the deadline: the window runs */
     PROBE_LINGER,    /* all answered: a little longer for the culprit's notice */
     PROBE_EARLY,     /* another communicator failed: asked whether ours still holds */
-    PROBE_EARLY_DONE /* it does: the wait goes on to its own deadline */
+    PROBE_EARLY_DONE /* it does, for now: asked again every two windows until the wait's own deadline */
 };
 enum { PROBE_ALL_ANSWERED, PROBE_SILENT, PROBE_NEVER_JOINED };
 
@@ -1336,8 +1336,22 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
         int window_over = asking && (passed || probe_all_answered(ep, &probe));
         if (probe.phase == PROBE_EARLY && window_over) {
             if (probe_never_joined(v, &probe)) continue; /* cancel_check says it */
+            /* all still hold it, for now: a member whose split is still
+             * running may fail it later, so ask again every two windows
+             * until the wait's own deadline */
             probe.phase = PROBE_EARLY_DONE;
-            deadline_ns = probe.deadline_ns;
+            deadline_ns = oobx__deadline(2 * probe_window_ms(v));
+            if (deadline_ns > probe.deadline_ns) deadline_ns = probe.deadline_ns;
+            continue;
+        }
+        if (probe.phase == PROBE_EARLY_DONE && passed && oobx__now_ns() < probe.deadline_ns) {
+            if (probe_start(v, &probe)) {
+                probe.phase = PROBE_EARLY;
+                deadline_ns = oobx__deadline(probe_window_ms(v));
+            } else {
+                deadline_ns = probe.deadline_ns;
+            }
+            if (deadline_ns > probe.deadline_ns) deadline_ns = probe.deadline_ns;
             continue;
         }
         if (probe.phase == PROBE_ASKED && window_over) {

@@ -342,8 +342,8 @@ int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, 
         oobx__node_leave(n);
         return rc;
     }
-    __atomic_add_fetch(&hdr(n)->ready, 1, __ATOMIC_RELEASE);
-    wake_all(&hdr(n)->ready);
+    /* only the leader waits, for all of them: the last card in wakes it */
+    if (__atomic_add_fetch(&hdr(n)->ready, 1, __ATOMIC_RELEASE) == (uint32_t)p->local_size) wake_all(&hdr(n)->ready);
     *out = n;
     return 0;
 }
@@ -619,8 +619,10 @@ int oobx__node_ag_enter(oobx__node_t *n, int b, uint32_t use, uint64_t bpr)
 void oobx__node_ag_arrive(oobx__node_t *n, int b, uint32_t use)
 {
     __atomic_store_n(&member(n, n->p.local_index)->ag_seen[b], use + 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&ag(n)->arrive[b], 1, __ATOMIC_RELEASE);
-    wake_all(&ag(n)->arrive[b]);
+    uint32_t v = __atomic_add_fetch(&ag(n)->arrive[b], 1, __ATOMIC_RELEASE);
+    /* only the leader waits, for all of them: the last to arrive wakes it
+     * (a wake-up per member cost the leader a context switch each) */
+    if (v == (use + 1) * (uint32_t)n->p.local_size) wake_all(&ag(n)->arrive[b]);
 }
 
 int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, int *mismatch_rank,
@@ -666,10 +668,11 @@ int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use)
     return ag_wait(n, &ag(n)->done[b], use + 1, "waiting for the leader of this host's ranks to finish an allgather", 0);
 }
 
-void oobx__node_ag_leave(oobx__node_t *n, int b)
+void oobx__node_ag_leave(oobx__node_t *n, int b, uint32_t use)
 {
-    __atomic_add_fetch(&ag(n)->left[b], 1, __ATOMIC_RELEASE);
-    wake_all(&ag(n)->left[b]);
+    uint32_t v = __atomic_add_fetch(&ag(n)->left[b], 1, __ATOMIC_RELEASE);
+    /* the buffer's next use waits for all of them: the last to leave wakes */
+    if (v == (use + 1) * (uint32_t)n->p.local_size) wake_all(&ag(n)->left[b]);
 }
 
 void oobx__node_wake(oobx__node_t *n)

@@ -90,7 +90,7 @@ void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text);
 /* The text of the host's allgather failure (the first one's), or NULL. */
 const char *oobx__node_ag_error(const oobx__node_t *n);
 int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use);
-void oobx__node_ag_leave(oobx__node_t *n, int b);
+void oobx__node_ag_leave(oobx__node_t *n, int b, uint32_t use);
 /* Wakes every waiter of the host's segment (they look at their aborts). */
 void oobx__node_wake(oobx__node_t *n);
 

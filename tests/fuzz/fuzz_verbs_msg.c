@@ -53,6 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case VERBS_T_FIN:
     case VERBS_T_CREDIT:
     case VERBS_T_RCREDIT: break;
+    case VERBS_T_AUTH:
+        FUZZ_ASSERT(len == sizeof(verbs_wire_t) + sizeof(m.mac), "proof in a message of %zu bytes", len);
+        break;
     default: FUZZ_ASSERT(0, "accepted type %u", m.w.type);
     }
     unsigned char out[VERBS_BUF_BYTES];

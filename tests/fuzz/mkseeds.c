@@ -297,6 +297,9 @@ static void verbs_msgs(void)
     m.w.type = VERBS_T_RCREDIT;
     m.value = 48;
     verbs_msg_put("rcredit", &m, 2, 0);
+    m.w.type = VERBS_T_AUTH;
+    for (size_t i = 0; i < sizeof m.mac; i++) m.mac[i] = (unsigned char)(i * 7 + 3);
+    verbs_msg_put("auth", &m, 2, 0);
     m.w.type = 9;
     unsigned char b[1 + sizeof(verbs_wire_t)] = {2};
     memcpy(b + 1, &m.w, sizeof m.w);
