@@ -195,8 +195,22 @@ typedef struct root_conn {
     int authed;        /* the rank proved the secret: answers carry the root's proof */
     oobx_auth_t auth;
     oobx_report_t rep;
+    int src;           /* its source address's slot in src_tab while it has not proved the secret, else -1 */
     char peer[96];
 } root_conn_t;
+
+/* Connections that have not proved the secret are capped, per source
+ * address and in all, so that a flood of them (each holds a descriptor and
+ * a report's buffer) cannot exhaust the root: over the cap a new
+ * connection is closed before its challenge, and a rank that sees that
+ * connects again, later (report_to). The others keep their 10 s. */
+#define ROOT_SRC_SLOTS 512
+#define ROOT_UNPROVED_SRC_MIN 1024 /* per source, or twice the ranks this root serves if more */
+#define ROOT_UNPROVED_MAX 8192     /* all sources together, or the per-source cap if more */
+typedef struct root_src {
+    uint64_t key; /* a hash of the address without its port; 0: free */
+    int n;        /* its connections without proof */
+} root_src_t;
 
 typedef struct root_state {
     root_entry_t *entry;
@@ -223,11 +237,24 @@ typedef struct root_state {
     int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (answers once the block is in) */
     char dead_text[OOBX_REPLY_TEXT_MAX]; /* node-aware: a rank died before its answer; what all are told */
     uint64_t epoch;  /* node-aware: random, names this run's group segments */
+    root_src_t src_tab[ROOT_SRC_SLOTS];
+    int unproved;    /* connections without proof, all sources */
+    uint64_t shed;   /* connections closed for the caps */
 } root_state_t;
+
+/* Its connections without proof no longer count against their source. */
+static void conn_proved(root_state_t *st, root_conn_t *c)
+{
+    if (c->src < 0) return;
+    st->src_tab[c->src].n--;
+    st->unproved--;
+    c->src = -1;
+}
 
 static void conn_close(root_state_t *st, int i)
 {
     root_conn_t *c = &st->conns[i];
+    conn_proved(st, c); /* gone: it counts no more */
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
     free(c->out);
@@ -602,6 +629,7 @@ static void conn_read(root_state_t *st, int i)
             }
             c->hello_type = h.type;
             c->authed = 1;
+            conn_proved(st, c);
             c->state = RC_REPORT;
         } else if (c->state == RC_REPORT) {
             int rc = oobx__report_decode(c->in + ROOT_HELLO_IN, OOBX_REPORT_BYTES, &c->rep, why, sizeof(why));
@@ -624,6 +652,34 @@ static void conn_write(root_state_t *st, int i)
     ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) c->out_off += (size_t)n;
     if (c->out_off == c->out_len || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) conn_close(st, i);
+}
+
+/* The slot of a source address (its port left out); a full table shares
+ * its last slot among the sources it has no room for. */
+static int src_slot(root_state_t *st, const oobx_sockaddr_t *a)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const unsigned char *p = NULL;
+    size_t len = 0;
+    if (a->sa.sa_family == AF_INET) p = (const unsigned char *)&a->sin.sin_addr, len = 4;
+    else if (a->sa.sa_family == AF_INET6) p = (const unsigned char *)&a->sin6.sin6_addr, len = 16;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    if (h == 0) h = 1;
+    for (int k = 0; k < ROOT_SRC_SLOTS - 1; k++) {
+        root_src_t *e = &st->src_tab[(h + (uint64_t)k) % (ROOT_SRC_SLOTS - 1)];
+        if (e->key == h) return (int)(e - st->src_tab);
+        if (e->key == 0 || e->n == 0) {
+            e->key = h;
+            return (int)(e - st->src_tab);
+        }
+    }
+    return ROOT_SRC_SLOTS - 1;
+}
+
+static int unproved_cap(const root_state_t *st)
+{
+    int twice = st->nrecv > 0 ? 2 * st->nrecv : 0;
+    return twice > ROOT_UNPROVED_SRC_MIN ? twice : ROOT_UNPROVED_SRC_MIN;
 }
 
 static void accept_all(root_state_t *st)
@@ -649,11 +705,30 @@ static void accept_all(root_state_t *st)
             st->conns = nc;
             st->capconns = cap;
         }
+        int slot = src_slot(st, &peer);
+        int from_one = st->src_tab[slot].n >= unproved_cap(st);
+        if (from_one || st->unproved >= (unproved_cap(st) > ROOT_UNPROVED_MAX ? unproved_cap(st) : ROOT_UNPROVED_MAX)) {
+            /* closed before its challenge: a rank connects again */
+            close(fd);
+            if (st->shed++ == 0 || oobx__ratelimit_ok(&st->stray_rl)) {
+                char who[96];
+                oobx__sock_addr_format(&peer, who, sizeof(who));
+                OOBX_WARN(&st->log,
+                          "root %s: %d connections without this job's proof %s; closing new ones (%s; %llu so far) "
+                          "until they prove it or time out",
+                          st->name, from_one ? st->src_tab[slot].n : st->unproved,
+                          from_one ? "from one address" : "in all", who, (unsigned long long)st->shed);
+            }
+            continue;
+        }
         root_conn_t *c = &st->conns[st->nconns++];
         memset(c, 0, offsetof(root_conn_t, in));
         c->have = 0;
         c->out = NULL;
         c->fd = fd;
+        c->src = slot;
+        st->src_tab[slot].n++;
+        st->unproved++;
         c->state = RC_HELLO;
         c->hello_deadline = oobx__now_ns() + 10ull * 1000000000ull;
         oobx__sock_addr_format(&peer, c->peer, sizeof(c->peer));
@@ -948,15 +1023,32 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     oobx__sock_addr_format(&h->addr, name, sizeof(name));
     int fd = -1;
     char sub[512];
-    int rc = oobx__sock_connect_retry(&h->addr, c->cancel, &fd, sub, sizeof(sub));
-    if (rc != 0) {
-        snprintf(why, whylen, "rank %d cannot reach root %d at %s: %s; is the root's process alive, and is OOBX_COMM_ID / the unique id right?",
-                 c->rank, iroot, name, sub);
-        return rc;
-    }
-    /* the root's challenge comes first */
     unsigned char ch[OOBX_CHALLENGE_BYTES];
-    rc = oobx__sock_recv_all(fd, ch, sizeof(ch), c->cancel, sub, sizeof(sub));
+    uint64_t rng = oobx__random64();
+    int rc;
+    for (int shed = 0;; shed++) {
+        rc = oobx__sock_connect_retry(&h->addr, c->cancel, &fd, sub, sizeof(sub));
+        if (rc != 0) {
+            snprintf(why, whylen,
+                     "rank %d cannot reach root %d at %s: %s%s; is the root's process alive, and is OOBX_COMM_ID / "
+                     "the unique id right?",
+                     c->rank, iroot, name, sub, shed ? " (the root shed this rank's earlier connections)" : "");
+            return rc;
+        }
+        /* the root's challenge comes first; a root that has too many
+         * connections without proof from this address closes the oldest
+         * before its challenge (docs/security.md): try again, later */
+        size_t got = 0;
+        rc = oobx__sock_recv_all_got(fd, ch, sizeof(ch), c->cancel, sub, sizeof(sub), &got);
+        if (rc != OOBX_ERR_REMOTE || got != 0) break;
+        close(fd);
+        fd = -1;
+        int ms = oobx__sock_backoff_ms(shed + 1, &rng);
+        int left = oobx__ms_left(c->cancel ? c->cancel->deadline_ns : UINT64_MAX, ms);
+        if (left >= 0 && left < ms) ms = left;
+        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (rc == 0) rc = oobx__auth_challenge_decode(ch, sizeof(ch), auth, sub, sizeof(sub));
     if (rc != 0) {
         close(fd);

@@ -263,10 +263,13 @@ int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, i
     }
 }
 
-static int io_all(int fd, void *buf, size_t len, int sending, const oobx_cancel_t *c, char *why, size_t whylen)
+static int io_all(int fd, void *buf, size_t len, int sending, const oobx_cancel_t *c, char *why, size_t whylen,
+                  size_t *done)
 {
     size_t off = 0;
+    if (done) *done = 0;
     while (off < len) {
+        if (done) *done = off;
         ssize_t n = sending ? send(fd, (char *)buf + off, len - off, MSG_NOSIGNAL)
                             : recv(fd, (char *)buf + off, len - off, 0);
         if (n > 0) {
@@ -297,10 +300,16 @@ static int io_all(int fd, void *buf, size_t len, int sending, const oobx_cancel_
 
 int oobx__sock_send_all(int fd, const void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
 {
-    return io_all(fd, (void *)buf, len, 1, c, why, whylen);
+    return io_all(fd, (void *)buf, len, 1, c, why, whylen, NULL);
 }
 
 int oobx__sock_recv_all(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen)
 {
-    return io_all(fd, buf, len, 0, c, why, whylen);
+    return io_all(fd, buf, len, 0, c, why, whylen, NULL);
+}
+
+int oobx__sock_recv_all_got(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen,
+                            size_t *got)
+{
+    return io_all(fd, buf, len, 0, c, why, whylen, got);
 }

@@ -68,5 +68,9 @@ int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, i
  * Returns 0, OOBX_ERR_REMOTE (closed / reset; why says which), TIMEOUT, ABORTED. */
 int oobx__sock_send_all(int fd, const void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen);
 int oobx__sock_recv_all(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen);
+/* The same; *got: the bytes read before a failure (0: the peer closed or
+ * reset the connection before sending anything). */
+int oobx__sock_recv_all_got(int fd, void *buf, size_t len, const oobx_cancel_t *c, char *why, size_t whylen,
+                            size_t *got);
 
 #endif

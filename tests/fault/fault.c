@@ -905,6 +905,107 @@ static void test_stray_clients_env(void **state)
     run_stray_test("stray_clients_env_n8_roots1", 1, 1);
 }
 
+/* ---- a flood of silent connections at a root ----------------------------------------- */
+
+static int rank_after_flood(harness_rank_t *r)
+{
+    if (r->rank != 0) sleep_ms(800); /* rank 0 hosts the root; the flood comes meanwhile */
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    size_t b = 32;
+    unsigned char *buf = calloc((size_t)r->nranks, b);
+    harness_fill(buf + (size_t)r->rank * b, b, r->rank, 11);
+    H_OK(r, oobx_allgather(c, buf, b));
+    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, 11, "slice %d", i);
+    free(buf);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+static int fds_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* 3000 connections from this address to a root that hold still: the root
+ * keeps at most its cap of them (1024 per address) and closes the others
+ * before their challenge; the job's ranks, shed while the flood lasts,
+ * connect again and the job completes with correct data once the flood
+ * goes (after 2 s); the root's process never holds more descriptors than
+ * the cap and its own. */
+static void test_root_flood(void **state)
+{
+    (void)state;
+    enum { FLOOD = 3000, CAP = 1024 };
+    int port = harness_free_port();
+    char id[64];
+    snprintf(id, sizeof id, "127.0.0.1:%d", port);
+    harness_job_opts_t o = {.name = "root_flood_n8", .nranks = 8, .from_env = 1, .comm_id = id,
+                            .fn = rank_after_flood, .call_timeout_ms = 20000, .deadline_s = 40};
+    harness_job_t job;
+    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    int *fds = malloc(FLOOD * sizeof(int));
+    assert_non_null(fds);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int n = 0, peak = 0;
+    double t0 = harness_now();
+    /* the root comes up in rank 0 */
+    while (n < FLOOD && harness_now() - t0 < 10) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) break;
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            close(fd);
+            if (n == 0) {
+                sleep_ms(5);
+                continue;
+            }
+            break;
+        }
+        fds[n++] = fd;
+    }
+    /* hold them 2 s, watching rank 0's descriptors */
+    while (harness_now() - t0 < 2.0) {
+        int k = fds_of(job.pids[0]);
+        if (k > peak) peak = k;
+        sleep_ms(20);
+    }
+    /* the ones the root shed read end-of-file without a challenge */
+    int shed = 0, challenged = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned char buf[64];
+        ssize_t k = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT);
+        if (k == 0) shed++;
+        else if (k > 0) challenged++;
+    }
+    for (int i = 0; i < n; i++) close(fds[i]);
+    free(fds);
+    for (;;) {
+        int k = fds_of(job.pids[0]);
+        if (k > peak) peak = k;
+        if (harness_job_poll(&job, 20) == 0) break;
+    }
+    int v = harness_job_wait(&job);
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", job.msg);
+    harness_job_free(&job);
+    print_message("  root_flood_n8: %d connections, %d challenged, %d shed; rank 0 held at most %d descriptors\n", n,
+                  challenged, shed, peak);
+    if (v != HARNESS_PASS) fail_msg("%s", msg);
+    if (n < FLOOD) fail_msg("only %d of %d flood connections were made", n, FLOOD);
+    if (challenged > CAP) fail_msg("the root challenged %d silent connections from one address (cap %d)", challenged, CAP);
+    if (shed < FLOOD - CAP - 64) fail_msg("the root shed only %d of %d connections over its cap", shed, FLOOD - CAP);
+    if (peak > CAP + 200) fail_msg("rank 0 held %d descriptors under the flood (cap %d + its own)", peak, CAP);
+}
+
 /* ---- a second job on the same port --------------------------------------------------- */
 
 static int rank_job_a(harness_rank_t *r)
@@ -1198,6 +1299,7 @@ int main(void)
         cmocka_unit_test(test_stop_blocked_on_live_peer),
         cmocka_unit_test(test_stray_clients),
         cmocka_unit_test(test_stray_clients_env),
+        cmocka_unit_test(test_root_flood),
         cmocka_unit_test(test_second_job_same_port),
         cmocka_unit_test(test_second_job_same_port_no_key),
         cmocka_unit_test(test_bad_ids),
