@@ -246,6 +246,7 @@ static int cards_taken(struct oobx_comm *c, int over, int ring_next_done)
 {
     int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
     c->v.ep->oversubscribed = over;
+    c->v.ep->spreads = 2;
     if (over) OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
     if (nranks > 1) rc = oobx__ep_know(c->v.ep, next);
@@ -288,6 +289,8 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     if (nranks > 1) rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, next_blob, next_len);
     /* the successor's link now, so that a dead or unreachable one shows up during init */
     if (rc == 0 && nranks > 1) rc = oobx__ep_ring(c->v.ep, -1, next);
+    /* a death in the card allgather goes round the ring's links to every rank */
+    if (rc == 0) c->v.ep->spreads = 1;
     uint64_t t_ring = oobx__now_ns();
     c->timings.ring = (t_ring - t_root) / 1e9;
     /* every rank's card (host and CPUs, then the transport address), over the ring */

@@ -384,13 +384,16 @@ static void answer_pings(oobx_ep_t *ep)
 void oobx__ep_spread(oobx_ep_t *ep)
 {
     if (ep->nping_due) answer_pings(ep);
-    if (!ep->fail_spread || !ep->ready) return; /* in init the roots and the deadline report */
+    /* before the cards are in, the roots and the deadline report; after
+     * that a death in the rest of init reaches every rank too */
+    if (!ep->fail_spread || !(ep->ready || ep->spreads)) return;
     ep->fail_spread = 0;
     int r = atomic_load(&ep->fail_rank);
+    int all = ep->ready || ep->spreads > 1; /* else only some addresses are known: the links it has */
     /* to me+1, me+2, me+4, ...: every rank that hears it does the same, so
      * the news reaches all N in about log2(N) steps, along log2(N) paths
      * into each rank (a dead forwarder does not stop it) */
-    for (long d = 1; d < ep->nranks; d <<= 1) {
+    for (long d = 1; all && d < ep->nranks; d <<= 1) {
         int t = (int)((ep->rank + d) % ep->nranks);
         if (t == r || t == ep->rank || ep->failed[t] || ep->departed[t]) continue;
         send_notice(ep, t);
@@ -400,7 +403,7 @@ void oobx__ep_spread(oobx_ep_t *ep)
     for (int t = 0; t < ep->nranks; t++) {
         if (!ep->talked[t] || t == r || t == ep->rank || ep->failed[t] || ep->departed[t]) continue;
         long d = ((long)t - ep->rank + ep->nranks) % ep->nranks;
-        if ((d & (d - 1)) == 0) continue; /* a power of two: sent above */
+        if (all && (d & (d - 1)) == 0) continue; /* a power of two: sent above */
         send_notice(ep, t);
     }
 }

@@ -155,6 +155,7 @@ typedef struct oobx_ep {
     uint64_t *ux_bytes;      /* per rank: bytes of its unexpected messages held */
     uint64_t ux_max;         /* OOBX_UNEXPECTED_MAX: the most one rank's may hold */
     int ready;               /* an init through this endpoint succeeded: goodbyes are worth sending */
+    int spreads;             /* failure notices go out in init: 1 on the links it has (the ring's), 2 to all (cards in) */
     /* Probes: a wait that timed out asks the ranks it still waits on whether
      * they answer (CTRL PING); their PONG lists the ranks they wait on. */
     uint32_t probe_seq;

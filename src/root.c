@@ -1025,9 +1025,11 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     char sub[512];
     unsigned char ch[OOBX_CHALLENGE_BYTES];
     uint64_t rng = oobx__random64();
-    int rc;
-    for (int shed = 0;; shed++) {
+    int rc, shed;
+    uint64_t t0 = oobx__now_ns(), t_conn = 0;
+    for (shed = 0;; shed++) {
         rc = oobx__sock_connect_retry(&h->addr, c->cancel, &fd, sub, sizeof(sub));
+        t_conn = oobx__now_ns();
         if (rc != 0) {
             snprintf(why, whylen,
                      "rank %d cannot reach root %d at %s: %s%s; is the root's process alive, and is OOBX_COMM_ID / "
@@ -1049,6 +1051,8 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
+    OOBX_DEBUG(c->log, "rank %d: root %d at %s: connected in %.3f ms, challenge after %.3f ms more%s", c->rank, iroot,
+               name, (t_conn - t0) / 1e6, (oobx__now_ns() - t_conn) / 1e6, shed ? " (shed before)" : "");
     if (rc == 0) rc = oobx__auth_challenge_decode(ch, sizeof(ch), auth, sub, sizeof(sub));
     if (rc != 0) {
         close(fd);

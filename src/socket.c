@@ -25,6 +25,7 @@
 #define SK_DIRECT_MIN (64 * 1024) /* bodies at least this big are read straight into place */
 #define SK_HELLO_MS 10000         /* an accepted connection must say hello within this */
 #define SK_MAX_PENDING 1024       /* unidentified inbound connections kept at once */
+#define SK_REFUSED_MAX 3          /* connects to a rank's listener refused in a row before it counts as gone */
 #define SK_ADDR_BYTES 24
 /* Payloads at least this big wait for the receiver's clear-to-send: a
  * receiver that does not want one (too large for its receive) skips it
@@ -91,6 +92,7 @@ typedef struct sk_peer {
     int tries;
     uint64_t first_try, retry_at;
     int last_err;
+    int refused; /* connects refused in a row */
 } sk_peer_t;
 
 typedef struct sk_tp {
@@ -332,6 +334,9 @@ static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
     uint64_t now = oobx__now_ns();
     int retry = oobx__sock_errno_retryable(err) &&
                 (t->timeout_ms < 0 || now < pp->first_try + (uint64_t)t->timeout_ms * 1000000ull);
+    /* the address came from the rank's card, taken when it was already
+     * listening: refused again and again, nothing listens there any more */
+    if (err == ECONNREFUSED && ++pp->refused >= SK_REFUSED_MAX) retry = 0;
     if (retry) {
         c->state = SC_RETRY;
         pp->retry_at = now + (uint64_t)oobx__sock_backoff_ms(pp->tries, &t->rng) * 1000000ull;
@@ -340,8 +345,14 @@ static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
     }
     char who[160], what[512];
     peer_describe(t, c->peer, who, sizeof(who));
-    snprintf(what, sizeof(what), "connect to %s failed after %d tries over %.1f s: %s; is rank %d alive? is OOBX_SOCKET_IFNAME right?",
-             who, pp->tries, (now - pp->first_try) / 1e9, strerror(err), c->peer);
+    if (err == ECONNREFUSED && pp->refused >= SK_REFUSED_MAX)
+        snprintf(what, sizeof(what),
+                 "%s refused %d connections in a row: nothing listens at its address any more (did it exit or fail?)",
+                 who, pp->refused);
+    else
+        snprintf(what, sizeof(what),
+                 "connect to %s failed after %d tries over %.1f s: %s; is rank %d alive? is OOBX_SOCKET_IFNAME right?",
+                 who, pp->tries, (now - pp->first_try) / 1e9, strerror(err), c->peer);
     oobx__fail(t->log, OOBX_ERR_REMOTE, "%s", what);
     conn_fail(t, c, OOBX_ERR_REMOTE, what);
 }
@@ -767,6 +778,7 @@ static void conn_ready(sk_tp_t *t, sk_conn_t *c)
     if (!pp->conn) pp->conn = c;
     else if (pp->conn != c && !c->outgoing) conn_take_over(t, c, pp);
     pp->tries = 0;
+    pp->refused = 0;
     if (c->sq_head) conn_flush(t, c);
     conn_set_events(t, c);
 }
