@@ -247,6 +247,7 @@ static int cards_taken(struct oobx_comm *c, int over, int ring_next_done)
     int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
     c->v.ep->oversubscribed = over;
     c->v.ep->spreads = 2;
+    oobx__ep_set_spin(c->v.ep, over);
     if (over) OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
     if (nranks > 1) rc = oobx__ep_know(c->v.ep, next);

@@ -1311,6 +1311,46 @@ static int cancel_check(const oobx__ep_view_t *v)
     return oobx__ep_view_status(v);
 }
 
+void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed)
+{
+    if (ep->spin_us >= 0) return; /* fixed by OOBX_SPIN_US */
+    ep->spin_ns = oversubscribed ? 0 : OOBX_SPIN_AUTO_MAX_NS / 2;
+    ep->nwaits = 0;
+}
+
+/* The adaptive window after a wait of ns. A wait that polling for
+ * OOBX_SPIN_AUTO_MAX_NS would have caught is short. While at least a quarter
+ * of the recent waits are short, the window is half again the 75th
+ * percentile of the short ones (between OOBX_SPIN_AUTO_MIN_NS and the
+ * bound); a wait that slept is short too when the data came soon, so a
+ * window that was too small grows back. When most waits are long, the rank
+ * polls only OOBX_SPIN_AUTO_MIN_NS before it sleeps: a rank that waits long
+ * costs no CPU. */
+static void spin_adapt(oobx_ep_t *ep, uint64_t ns)
+{
+    if (ep->spin_us >= 0 || !ep->spin_ns) return;
+    ep->waits_ns[ep->nwaits++ % OOBX_EP_WAITS] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+    unsigned n = ep->nwaits < OOBX_EP_WAITS ? ep->nwaits : OOBX_EP_WAITS;
+    if (n < 4) return;
+    uint32_t sorted[OOBX_EP_WAITS];
+    unsigned m = 0; /* the short waits, sorted */
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t w = ep->waits_ns[i];
+        if (w > OOBX_SPIN_AUTO_MAX_NS) continue;
+        unsigned j = m++;
+        for (; j > 0 && sorted[j - 1] > w; j--) sorted[j] = sorted[j - 1];
+        sorted[j] = w;
+    }
+    if (4 * m < n) {
+        ep->spin_ns = OOBX_SPIN_AUTO_MIN_NS;
+        return;
+    }
+    uint64_t w = (uint64_t)sorted[(3 * m) / 4 < m ? (3 * m) / 4 : m - 1] * 3 / 2;
+    ep->spin_ns = w > OOBX_SPIN_AUTO_MAX_NS   ? OOBX_SPIN_AUTO_MAX_NS
+                  : w < OOBX_SPIN_AUTO_MIN_NS ? OOBX_SPIN_AUTO_MIN_NS
+                                              : (uint32_t)w;
+}
+
 int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns)
 {
     oobx_ep_t *ep = v->ep;
@@ -1319,8 +1359,13 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
     uint64_t t0 = oobx__now_ns();
     probe_t probe = {.phase = PROBE_NONE};
     ep->probe_text[0] = '\0';
+    int waited = 0;
     for (;;) {
-        if (done(arg)) return 0;
+        if (done(arg)) {
+            if (waited) spin_adapt(ep, oobx__now_ns() - t0);
+            return 0;
+        }
+        waited = 1;
         int rc = cancel_check(v);
         if (rc) return rc;
         /* another communicator on this endpoint failed (a parent, a
@@ -1387,8 +1432,9 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             continue;
         }
         ep->poller = 1;
-        if (ep->spin_us > 0) {
-            uint64_t until = oobx__now_ns() + (uint64_t)ep->spin_us * 1000ull;
+        uint64_t spin = ep->spin_us > 0 ? (uint64_t)ep->spin_us * 1000ull : ep->spin_us < 0 ? ep->spin_ns : 0;
+        if (spin > 0) {
+            uint64_t until = oobx__now_ns() + spin;
             do {
                 ep->ops->progress(tp);
                 if (done(arg)) break;

@@ -10,6 +10,10 @@
 #ifndef OOBX_EP_H
 #define OOBX_EP_H
 
+#define OOBX_EP_WAITS 16            /* waits remembered for the adaptive spin window */
+#define OOBX_SPIN_AUTO_MAX_NS 50000 /* the adaptive window's bound */
+#define OOBX_SPIN_AUTO_MIN_NS 2000  /* and its floor while polling is on: a short look before sleeping */
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -128,7 +132,10 @@ typedef struct oobx_ep {
     int *failed;        /* per rank: 0 or the status it failed with */
     char **failed_what; /* per rank: why */
     const oobx_log_t *log;
-    int spin_us;
+    int spin_us;        /* OOBX_SPIN_US: > 0 a fixed window, 0 never, < 0 adaptive (spin_ns) */
+    uint32_t spin_ns;   /* the adaptive window: 0 until the cards say no host is oversubscribed */
+    uint32_t waits_ns[OOBX_EP_WAITS]; /* the last waits' lengths, for the adaptive window */
+    unsigned nwaits;
     /* some host runs more ranks than it has CPUs: the same on every rank, so
      * collectives may choose by it (fewer messages beat fewer rounds then) */
     int oversubscribed;
@@ -267,6 +274,10 @@ int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, 
 void oobx__ep_wake(oobx_ep_t *ep);
 /* The endpoint frees p when it goes away. */
 void oobx__ep_adopt(oobx_ep_t *ep, void *p);
+
+/* Once the cards are in: adaptive polling (OOBX_SPIN_US < 0) is on when no
+ * host runs more ranks than it has CPUs, off when one does. */
+void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed);
 
 /* Sleeps until done(arg) is true, making progress. done may post more
  * requests. Returns 0, OOBX_ERR_TIMEOUT or OOBX_ERR_ABORTED; the caller writes

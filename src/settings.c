@@ -29,7 +29,7 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_ALLGATHER_BRUCK_MAX", "65536", "auto picks Bruck while nranks*bytes_per_rank is at most this, else the ring", OOBX_SET_SIZE, S_(bruck_max_bytes), 0, 1ll << 40},
     {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes), 1024, 1ll << 30},
     {"OOBX_UNEXPECTED_MAX", "1g", "bytes of messages no receive was posted for that one sender may have waiting; more fails that sender", OOBX_SET_SIZE, S_(unexpected_max), 65536, 1ll << 44},
-    {"OOBX_SPIN_US", "0", "microseconds to poll without sleeping before blocking on file descriptors", OOBX_SET_INT, S_(spin_us), 0, 1000000},
+    {"OOBX_SPIN_US", "-1", "microseconds to poll without sleeping before blocking on file descriptors: -1 adapts (up to 50 us, from the recent waits, when no host runs more ranks than it has CPUs; never when one does), 0 never polls", OOBX_SET_INT, S_(spin_us), -1, 1000000},
     {"OOBX_TOPO_PCI", "", "PCI bus id (a GPU's) to pick the closest network device for; empty: this thread's CPUs", OOBX_SET_STR, S_(topo_pci), 0, 0},
     {"OOBX_RING_SLOT_BYTES", "65536", "slot size of a registered ring buffer", OOBX_SET_SIZE, S_(ring_slot_bytes), 256, 1ll << 24},
     {"OOBX_RING_SLOTS", "16", "slots per registered ring buffer", OOBX_SET_INT, S_(ring_slots), 2, 4096},

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -752,6 +753,52 @@ static int rank_huge_truncated(harness_rank_t *r)
     return 0;
 }
 
+/* Adaptive waiting: after quick round trips have taught the endpoint to
+ * poll (2 ranks on a host of 2 or more CPUs), a receive that waits 1.5 s
+ * must fall back to sleeping: it may cost the CPU of a polling window, not
+ * of the wait. */
+static double cpu_now_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static int rank_idle_wait(harness_rank_t *r)
+{
+    oobx_comm_t c;
+    H_OK(r, harness_comm_init(r, &c));
+    char m[8] = {0};
+    H_OK(r, oobx_barrier(c));
+    for (int i = 0; i < 300; i++) {
+        if (r->rank == 0) {
+            H_OK(r, oobx_send(c, 1, 1, m, sizeof m));
+            H_OK(r, oobx_recv(c, 1, 2, m, sizeof m, NULL));
+        } else {
+            H_OK(r, oobx_recv(c, 0, 1, m, sizeof m, NULL));
+            H_OK(r, oobx_send(c, 0, 2, m, sizeof m));
+        }
+    }
+    if (r->rank == 0) {
+        usleep(1500000);
+        H_OK(r, oobx_send(c, 1, 3, m, sizeof m));
+    } else {
+        double t0 = harness_now(), c0 = cpu_now_s();
+        H_OK(r, oobx_recv(c, 0, 3, m, sizeof m, NULL));
+        double wall = harness_now() - t0, cpu = cpu_now_s() - c0;
+        if (wall < 1.0) H_FAIL(r, "the long receive ended after %.3f s, before the sender sent", wall);
+        if (cpu > 0.1)
+            H_FAIL(r, "a receive that waited %.2f s used %.0f ms of CPU (bound 100 ms): polling did not fall back to "
+                      "sleeping (OOBX_SPIN_US=%s)",
+                   wall, cpu * 1e3, getenv("OOBX_SPIN_US") ? getenv("OOBX_SPIN_US") : "unset");
+        harness_note(r, "a 1.5 s receive after 300 round trips used %.2f ms of CPU", cpu * 1e3);
+    }
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
 /* Malformed or out-of-range settings: each one alone makes init fail. */
 static const char *const bad_settings[] = {
     "OOBX_ALLGATHER_ALGO=bogus", "OOBX_CHUNK_BYTES=12",       "OOBX_TIMEOUT_MS=abc",   "OOBX_UNEXPECTED_MAX=-5",
@@ -1156,6 +1203,7 @@ static void build_cases(conf_suite_t *s)
     add_case(s, "bad_args_n1", rank_bad_args, 1, 1);
     add_case(s, "bad_args_n2", rank_bad_args, 2, 1);
     add_case(s, "bad_args_n3_roots2", rank_bad_args, 3, 2);
+    add_case(s, "idle_wait_sleeps_n2", rank_idle_wait, 2, 1);
     c = add_case(s, "huge_send_small_recv_n2", rank_huge_truncated, 2, 1);
     c->p.sizes[c->p.nsizes++] = (size_t)40 << 30;
     c->job.call_timeout_ms = 120000;
