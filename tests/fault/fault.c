@@ -945,19 +945,7 @@ static void test_stray_clients_env(void **state)
 
 /* ---- a flood of silent connections at a root ----------------------------------------- */
 
-static int rank_after_flood(harness_rank_t *r)
-{
-    if (r->rank != 0) sleep_ms(800); /* rank 0 hosts the root; the flood comes meanwhile */
-    oobx_comm_t c = harness_comm_init_or_die(r);
-    size_t b = 32;
-    unsigned char *buf = calloc((size_t)r->nranks, b);
-    harness_fill(buf + (size_t)r->rank * b, b, r->rank, 11);
-    H_OK(r, oobx_allgather(c, buf, b));
-    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, 11, "slice %d", i);
-    free(buf);
-    H_OK(r, oobx_comm_destroy(c));
-    return 0;
-}
+static int rank_job_a(harness_rank_t *r);
 
 static int fds_of(pid_t pid)
 {
@@ -975,7 +963,8 @@ static int fds_of(pid_t pid)
 
 /* 3000 connections from this address to a root that hold still: the root
  * keeps at most its cap of them (1024 per address) and closes the others
- * before their challenge; the job's ranks, shed while the flood lasts,
+ * before their challenge; the job's ranks (rank_job_a: all but rank 0
+ * start 1.5 s late), shed while the flood lasts,
  * connect again and the job completes with correct data once the flood
  * goes (after 2 s); the root's process never holds more descriptors than
  * the cap and its own. */
@@ -987,7 +976,7 @@ static void test_root_flood(void **state)
     char id[64];
     snprintf(id, sizeof id, "127.0.0.1:%d", port);
     harness_job_opts_t o = {.name = "root_flood_n8", .nranks = 8, .from_env = 1, .comm_id = id,
-                            .fn = rank_after_flood, .call_timeout_ms = 20000, .deadline_s = 40};
+                            .fn = rank_job_a, .call_timeout_ms = 20000, .deadline_s = 40};
     harness_job_t job;
     if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
     int *fds = malloc(FLOOD * sizeof(int));
@@ -1204,14 +1193,7 @@ static void test_abort_in_allgather(void **state)
 
 static int count_fds(void)
 {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n - 1; /* the DIR's own fd */
+    return fds_of(getpid()) - 1; /* the DIR's own fd */
 }
 
 static long rss_kib(void)
