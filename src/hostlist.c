@@ -180,6 +180,8 @@ int oobx__hostlist_count(const char *list, char *why, size_t whylen)
 
 int oobx__hostlist_nth(const char *list, int idx, char *out, size_t outlen, char *why, size_t whylen)
 {
+    /* the whole list is checked first: a name from a malformed list is no answer */
+    if (list_walk(list, 0, NULL, 0, why, whylen) < 0) return -1;
     return list_walk(list, idx, out, outlen, why, whylen) < 0 ? -1 : 0;
 }
 
@@ -254,14 +256,25 @@ int oobx__slurm_port(const char *job_id, int lo, int hi, int root)
     return lo + (int)((h + (uint64_t)root) % width);
 }
 
+/* Digits only: no sign, no space, at most 5 of them. */
+static int port_digits(const char *p, const char **end, long *out)
+{
+    long v = 0;
+    const char *q = p;
+    for (; *q >= '0' && *q <= '9' && q - p < 6; q++) v = v * 10 + (*q - '0');
+    if (q == p || q - p > 5) return -1;
+    *end = q;
+    *out = v;
+    return 0;
+}
+
 int oobx__port_range_parse(const char *text, int *lo, int *hi)
 {
-    char *end;
-    long a = strtol(text, &end, 10);
-    if (end == text || *end != '-') return -1;
-    const char *b = end + 1;
-    long z = strtol(b, &end, 10);
-    if (end == b || *end || a < 1 || z > 65535 || a > z) return -1;
+    const char *end;
+    long a, z;
+    if (port_digits(text, &end, &a) != 0 || *end != '-') return -1;
+    if (port_digits(end + 1, &end, &z) != 0 || *end) return -1;
+    if (a < 1 || z > 65535 || a > z) return -1;
     *lo = (int)a;
     *hi = (int)z;
     return 0;

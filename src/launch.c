@@ -173,13 +173,16 @@ static int roots_from_addrs(const env_t *e, const char *comm_id, oobx_launch_t *
 static int detect_one(const env_t *e, oobx_launcher_t which, const char *comm_id, oobx_launch_t *l)
 {
     const char *v;
+    int r;
     long x;
     switch (which) {
     case OOBX_LAUNCH_OOBX:
         if (env_pair(e, "OOBX_RANK", "OOBX_NRANKS", "oobx-run", &l->rank, &l->nranks)) return -1;
         snprintf(l->vars, sizeof(l->vars), "rank from OOBX_RANK, size from OOBX_NRANKS");
-        if (roots_from_addrs(e, comm_id, l, 1) != 0) {
-            snprintf(e->why, e->whylen, "OOBX_RANK/OOBX_NRANKS are set but not OOBX_COMM_ID=host:port[,host:port...]");
+        if ((r = roots_from_addrs(e, comm_id, l, 1)) != 0) {
+            if (r > 0)
+                snprintf(e->why, e->whylen,
+                         "OOBX_RANK/OOBX_NRANKS are set but not OOBX_COMM_ID=host:port[,host:port...]");
             return -1;
         }
         if ((v = env_str(e, "OOBX_RUN_KEY"))) snprintf(l->job_id, sizeof(l->job_id), "oobx-run:%s", v);
@@ -189,9 +192,11 @@ static int detect_one(const env_t *e, oobx_launcher_t which, const char *comm_id
         if (env_local(e, "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun", l)) return -1;
         snprintf(l->vars, sizeof(l->vars), "rank from RANK, size from WORLD_SIZE%s",
                  l->local_rank >= 0 ? ", local rank from LOCAL_RANK/LOCAL_WORLD_SIZE" : "");
-        if (roots_from_addrs(e, comm_id, l, 1) != 0) {
-            snprintf(e->why, e->whylen, "torchrun: RANK/WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not "
-                     "(nor OOBX_COMM_ID)");
+        if ((r = roots_from_addrs(e, comm_id, l, 1)) != 0) {
+            /* r < 0: MASTER_PORT is no port, and why says so */
+            if (r > 0)
+                snprintf(e->why, e->whylen, "torchrun: RANK/WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not "
+                         "(nor OOBX_COMM_ID)");
             return -1;
         }
         if ((v = env_str(e, "TORCHELASTIC_RUN_ID"))) snprintf(l->job_id, sizeof(l->job_id), "torchelastic:%s", v);
@@ -463,12 +468,16 @@ static int launch_job_secret(const oobx_launch_t *l, const char *list, int nrank
 
 /* ---- rendezvous: a root list ------------------------------------------------ */
 
-/* Parses the list, starts the roots this rank hosts, and joins. slurm_nodes:
- * for a Slurm step, the node name each root is on (the hosting rank checks
- * it runs there); NULL otherwise. */
+/* Parses the list, starts the roots this rank hosts, and joins. slurm: for
+ * a Slurm step, the node each root is on (the hosting rank checks it runs
+ * there) and slurm_range the OOBX_SLURM_PORT_RANGE its ports come from;
+ * NULL otherwise. */
 static int init_addrs(oobx_comm_t *comm, const oobx_launch_t *l, const char *list_in, const oobx_settings_t *s,
-                      const oobx_config_t *cfg, char **slurm_nodes, int nnodes, const char *what)
+                      const oobx_config_t *cfg, const oobx_slurm_roots_t *slurm, const char *slurm_range,
+                      const char *what)
 {
+    char **slurm_nodes = slurm ? slurm->names : NULL;
+    int nnodes = slurm ? slurm->nnodes : 0;
     char list[1024];
     snprintf(list, sizeof(list), "%s", list_in);
     int rank = l->rank, nranks = l->nranks, rc = 0;
@@ -528,9 +537,11 @@ static int init_addrs(oobx_comm_t *comm, const oobx_launch_t *l, const char *lis
                     (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127) ||
                    (sa->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr));
         if (slurm_nodes && nnodes > 1 && loop) {
+            char at[96];
+            oobx__sock_addr_format(&roots[i].addr, at, sizeof(at));
             rc = oobx__fail(NULL, OOBX_ERR_INVALID, "rank %d: Slurm node %s (root %d) resolves to the loopback address "
                             "%s here, which the step's other nodes cannot reach: fix its entry in /etc/hosts or DNS, "
-                            "or set OOBX_COMM_ID", rank, slurm_nodes[i], i, tok);
+                            "or set OOBX_COMM_ID", rank, slurm_nodes[i], i, at);
             break;
         }
         roots[i].magic = oobx__mix64(magic, (uint64_t)i);
@@ -553,11 +564,12 @@ static int init_addrs(oobx_comm_t *comm, const oobx_launch_t *l, const char *lis
                                          why, sizeof(why));
             else
                 rc = oobx__root_start(&roots[i].addr, roots[i].magic, secret, s, &h, why, sizeof(why));
-            if (rc == OOBX_ERR_UNAVAILABLE && slurm_nodes) {
-                rc = oobx__fail(NULL, rc, "rank %d cannot host root %d of Slurm step %s at %s: the port derived from "
-                                "the job and step id in OOBX_SLURM_PORT_RANGE is taken (%s); set "
-                                "OOBX_SLURM_PORT_RANGE to a free range, or use srun --mpi=pmix", rank, i,
-                                l->job_id, tok, why);
+            if (rc == OOBX_ERR_UNAVAILABLE && slurm_nodes && root_fd < 0) {
+                rc = oobx__fail(NULL, rc, "rank %d cannot host root %d of Slurm job %s step %s at %s: port %d is "
+                                "taken (%s); the port comes from the job and step id within OOBX_SLURM_PORT_RANGE=%s: "
+                                "set OOBX_SLURM_PORT_RANGE to a range that is free on the step's nodes, or use srun "
+                                "--mpi=pmix", rank, i, l->slurm_job, l->slurm_step, tok,
+                                oobx__sock_addr_port(&roots[i].addr), why, slurm_range);
                 break;
             }
             if (rc != 0) {
@@ -588,74 +600,128 @@ static int nroots_for(int nranks, const oobx_launch_settings_t *ls)
 
 /* ---- rendezvous: Slurm without PMI --------------------------------------------- */
 
-static int init_slurm(oobx_comm_t *comm, const oobx_launch_t *l, const oobx_settings_t *s,
-                      const oobx_launch_settings_t *ls, const oobx_config_t *cfg)
+void oobx__slurm_roots_free(oobx_slurm_roots_t *r)
 {
+    if (!r) return;
+    for (int i = 0; r->names && i < r->nroots; i++) free(r->names[i]);
+    free(r->names);
+    free(r->ports);
+    r->names = NULL;
+    r->ports = NULL;
+}
+
+int oobx__slurm_roots(const char *job_id, int nranks, const char *nodes, const char *tpn, const char *dist,
+                      const char *range, int ranks_per_root, oobx_slurm_roots_t *out, char *why, size_t whylen)
+{
+    memset(out, 0, sizeof(*out));
     int lo, hi;
-    if (oobx__port_range_parse(ls->slurm_ports, &lo, &hi) != 0)
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_SLURM_PORT_RANGE=%s is not lo-hi (1..65535)", ls->slurm_ports);
-    const char *nodes = getenv("SLURM_STEP_NODELIST"), *tpn = getenv("SLURM_STEP_TASKS_PER_NODE");
-    const char *dist = getenv("SLURM_DISTRIBUTION");
-    char why[600];
-    int nn = oobx__hostlist_count(nodes, why, sizeof(why));
-    if (nn < 1) return oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_NODELIST: %s", why);
+    if (!range || oobx__port_range_parse(range, &lo, &hi) != 0) {
+        snprintf(why, whylen, "OOBX_SLURM_PORT_RANGE=%s is not lo-hi with 1 <= lo <= hi <= 65535", range ? range : "");
+        return OOBX_ERR_INVALID;
+    }
+    char w[600];
+    if (!nodes || !tpn) {
+        snprintf(why, whylen, "Slurm: SLURM_STEP_NODELIST%s and SLURM_STEP_TASKS_PER_NODE%s are needed for the roots",
+                 nodes ? "" : " (unset)", tpn ? "" : " (unset)");
+        return OOBX_ERR_INVALID;
+    }
+    int nn = oobx__hostlist_count(nodes, w, sizeof(w));
+    if (nn < 1) {
+        snprintf(why, whylen, "SLURM_STEP_NODELIST: %s", w);
+        return OOBX_ERR_INVALID;
+    }
     int *counts = calloc((size_t)nn, sizeof(int));
-    if (!counts) return oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
+    if (!counts) {
+        snprintf(why, whylen, "out of memory");
+        return OOBX_ERR_NOMEM;
+    }
     int rc = 0;
-    if (oobx__tasks_per_node(tpn, counts, nn, why, sizeof(why)) != 0) {
-        free(counts);
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_TASKS_PER_NODE: %s", why);
+    if (oobx__tasks_per_node(tpn, counts, nn, w, sizeof(w)) != 0) {
+        snprintf(why, whylen, "SLURM_STEP_TASKS_PER_NODE: %s", w);
+        rc = OOBX_ERR_INVALID;
+        goto out_counts;
     }
     long total = 0;
     for (int j = 0; j < nn; j++) total += counts[j];
-    if (total != l->nranks) {
-        free(counts);
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_TASKS_PER_NODE=%s holds %ld tasks, the step %d", tpn,
-                          total, l->nranks);
+    if (total != nranks) {
+        snprintf(why, whylen, "SLURM_STEP_TASKS_PER_NODE=%s holds %ld tasks, the step %d", tpn, total, nranks);
+        rc = OOBX_ERR_INVALID;
+        goto out_counts;
     }
-    int nroots = nroots_for(l->nranks, ls);
+    int per = ranks_per_root > 0 ? ranks_per_root : 256;
+    int nroots = (nranks + per - 1) / per;
+    if (nroots < 1) nroots = 1;
     if (nroots > nn) nroots = nn;
     if (nroots > hi - lo + 1) nroots = hi - lo + 1;
-    char **names = calloc((size_t)nroots, sizeof(char *));
-    char list[1024] = "";
-    for (int i = 0; names && i < nroots && rc == 0; i++) {
-        int first = oobx__root_first_rank(i, l->nranks, nroots);
+    out->nnodes = nn;
+    out->port_lo = lo;
+    out->port_hi = hi;
+    out->names = calloc((size_t)nroots, sizeof(char *));
+    out->ports = calloc((size_t)nroots, sizeof(int));
+    if (!out->names || !out->ports) {
+        snprintf(why, whylen, "out of memory");
+        rc = OOBX_ERR_NOMEM;
+        goto out_counts;
+    }
+    out->nroots = nroots;
+    for (int i = 0; i < nroots; i++) {
+        int first = oobx__root_first_rank(i, nranks, nroots);
         int node = oobx__task_node(counts, nn, first, dist);
         if (node < 0) {
-            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_DISTRIBUTION=%s: the task layout does not say which node "
-                            "runs rank %d; use srun --mpi=pmix, a block or cyclic distribution, or set OOBX_COMM_ID",
-                            dist ? dist : "", first);
+            snprintf(why, whylen, "SLURM_DISTRIBUTION=%s: the task layout does not say which node runs rank %d; use "
+                     "srun --mpi=pmix, a block or cyclic distribution, or set OOBX_COMM_ID", dist ? dist : "", first);
+            rc = OOBX_ERR_INVALID;
             break;
         }
         char name[256];
-        if (oobx__hostlist_nth(nodes, node, name, sizeof(name), why, sizeof(why)) != 0) {
-            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "SLURM_STEP_NODELIST: %s", why);
+        if (oobx__hostlist_nth(nodes, node, name, sizeof(name), w, sizeof(w)) != 0) {
+            snprintf(why, whylen, "SLURM_STEP_NODELIST: %s", w);
+            rc = OOBX_ERR_INVALID;
             break;
         }
-        names[i] = strdup(name);
-        int port = oobx__slurm_port(l->job_id, lo, hi, i);
-        size_t used = strlen(list);
-        if (!names[i] || used + strlen(name) + 10 >= sizeof(list)) {
-            rc = oobx__fail(NULL, OOBX_ERR_INVALID, "Slurm step: %d roots do not fit in a root list of %zu bytes",
-                            nroots, sizeof(list));
+        if (!(out->names[i] = strdup(name))) {
+            snprintf(why, whylen, "out of memory");
+            rc = OOBX_ERR_NOMEM;
             break;
         }
-        snprintf(list + used, sizeof(list) - used, strchr(name, ':') ? "%s[%s]:%d" : "%s%s:%d", i ? "," : "", name,
-                 port);
+        out->ports[i] = oobx__slurm_port(job_id, lo, hi, i);
+        size_t used = strlen(out->list);
+        if (used + strlen(name) + 10 >= sizeof(out->list)) {
+            snprintf(why, whylen, "Slurm step: %d roots do not fit in a root list of %zu bytes; lower their number "
+                     "with OOBX_LAUNCH_RANKS_PER_ROOT or set OOBX_COMM_ID", nroots, sizeof(out->list));
+            rc = OOBX_ERR_INVALID;
+            break;
+        }
+        snprintf(out->list + used, sizeof(out->list) - used, strchr(name, ':') ? "%s[%s]:%d" : "%s%s:%d",
+                 i ? "," : "", name, out->ports[i]);
     }
-    if (!names) rc = oobx__fail(NULL, OOBX_ERR_NOMEM, "out of memory");
-    if (rc == 0 && l->rank == 0) {
+out_counts:
+    free(counts);
+    return rc;
+}
+
+static int init_slurm(oobx_comm_t *comm, const oobx_launch_t *l, const oobx_settings_t *s,
+                      const oobx_launch_settings_t *ls, const oobx_config_t *cfg)
+{
+    oobx_slurm_roots_t r;
+    char why[1200];
+    int rc = oobx__slurm_roots(l->job_id, l->nranks, getenv("SLURM_STEP_NODELIST"),
+                               getenv("SLURM_STEP_TASKS_PER_NODE"), getenv("SLURM_DISTRIBUTION"), ls->slurm_ports,
+                               ls->ranks_per_root, &r, why, sizeof(why));
+    if (rc != 0) {
+        oobx__slurm_roots_free(&r);
+        return oobx__fail(NULL, rc, "rank %d: %s", l->rank, why);
+    }
+    if (l->rank == 0) {
         oobx_log_t lg;
         oobx__log_open(&lg, s, "launch");
         oobx_log_t *lgp = &lg;
-        OOBX_INFO(lgp, "Slurm step %s: %d roots at %s (ports from OOBX_SLURM_PORT_RANGE=%s)", l->job_id, nroots, list,
-                  ls->slurm_ports);
+        OOBX_INFO(lgp, "Slurm job %s step %s: %d roots at %s (ports from OOBX_SLURM_PORT_RANGE=%s)", l->slurm_job,
+                  l->slurm_step, r.nroots, r.list, ls->slurm_ports);
         oobx__log_close(&lg);
     }
-    if (rc == 0) rc = init_addrs(comm, l, list, s, cfg, names, nn, "the Slurm step's root list");
-    for (int i = 0; names && i < nroots; i++) free(names[i]);
-    free(names);
-    free(counts);
+    rc = init_addrs(comm, l, r.list, s, cfg, &r, ls->slurm_ports, "the Slurm step's root list");
+    oobx__slurm_roots_free(&r);
     return rc;
 }
 
@@ -713,14 +779,29 @@ static int hex_decode(const char *s, void *p, size_t n)
     return 0;
 }
 
-/* Which exchange of this process with its launcher's store this is: the
- * keys of a second oobx_comm_init_from_env differ from the first's, so that
- * no rank reads a stale root. The store is the process's (one launcher per
- * process), hence a process-wide count. */
-static atomic_uint kvs_exchanges;
+/* The launcher's store belongs to the process, not to a communicator: the
+ * PMIx client library and hydra's PMI_FD are one per process, so their state
+ * is process-wide by nature and is kept here, in atomics, rather than in a
+ * communicator that does not exist yet:
+ *   - exchanges: which exchange of this process with the store this is. The
+ *     keys of the n-th oobx_comm_init_from_env through the store are
+ *     oobx.<n>.root.<i>, so that a second call (PMIx allows it) reads no
+ *     stale root of the first; every rank makes the same calls in the same
+ *     order, so every rank counts the same n. Counted at the start of each
+ *     call, failed or not.
+ *   - busy: set while a call uses the store. Two threads of one process
+ *     would interleave their PMI-1 lines on one descriptor, or their fences,
+ *     and might count n in different orders on different ranks: a call that
+ *     finds the store busy fails at once (OOBX_ERR_INVALID) instead. */
+static struct {
+    atomic_uint exchanges;
+    atomic_flag busy;
+} kvs_process = {0, ATOMIC_FLAG_INIT};
 
-static int init_kvs(oobx_comm_t *comm, oobx_launch_t *l, const oobx_settings_t *s, const oobx_launch_settings_t *ls,
-                    const oobx_config_t *cfg)
+/* The exchange itself: the roots this job's ranks published, in roots[nroots]
+ * (the caller frees them), *hosted the magic of the root this rank serves. */
+static int kvs_exchange(oobx_launch_t *l, const oobx_settings_t *s, const oobx_launch_settings_t *ls,
+                        unsigned seq, root_handle_t **roots_out, int *nroots_out, uint64_t *hosted_out)
 {
     const oobx_kvs_ops_t *ops = &oobx__pmi1_ops;
     char why[800] = "";
@@ -765,7 +846,6 @@ static int init_kvs(oobx_comm_t *comm, oobx_launch_t *l, const oobx_settings_t *
         return rc;
     }
     int nroots = nroots_for(size, ls);
-    unsigned seq = atomic_fetch_add(&kvs_exchanges, 1);
     uint64_t hosted = 0;
     char key[64], val[2 * OOBX_UNIQUE_ID_BYTES + 512];
     for (int i = 0; i < nroots && rc == 0; i++) {
@@ -833,9 +913,34 @@ static int init_kvs(oobx_comm_t *comm, oobx_launch_t *l, const oobx_settings_t *
         }
     }
     ops->close(k);
-    if (rc == 0) rc = oobx__comm_init_common(comm, size, rank, nroots, roots, s, cfg, hosted);
-    free(roots);
     memset(secret, 0, sizeof(secret));
+    if (rc != 0) {
+        free(roots);
+        return rc;
+    }
+    *roots_out = roots;
+    *nroots_out = nroots;
+    *hosted_out = hosted;
+    return 0;
+}
+
+static int init_kvs(oobx_comm_t *comm, oobx_launch_t *l, const oobx_settings_t *s, const oobx_launch_settings_t *ls,
+                    const oobx_config_t *cfg)
+{
+    unsigned seq = atomic_fetch_add(&kvs_process.exchanges, 1);
+    if (atomic_flag_test_and_set(&kvs_process.busy))
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "%s (rank %d): another oobx_comm_init_from_env of this process is "
+                          "using the launcher's %s now; calls through the launcher must come one after the other, in "
+                          "the same order on every rank", l->name, l->rank,
+                          l->rdv == OOBX_RDV_PMIX ? "PMIx client" : "PMI-1 connection");
+    root_handle_t *roots = NULL;
+    int nroots = 0;
+    uint64_t hosted = 0;
+    l->kvs_seq = seq;
+    int rc = kvs_exchange(l, s, ls, seq, &roots, &nroots, &hosted);
+    atomic_flag_clear(&kvs_process.busy);
+    if (rc == 0) rc = oobx__comm_init_common(comm, l->nranks, l->rank, nroots, roots, s, cfg, hosted);
+    free(roots);
     return rc;
 }
 
@@ -863,5 +968,6 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     OOBX_INFO(lgp, "launcher %s (job %s): %s", l.name, l.job_id, l.vars);
     oobx__log_close(&lg);
     if (l.rdv == OOBX_RDV_SLURM) return init_slurm(comm, &l, &s, &ls, cfg);
-    return init_addrs(comm, &l, l.roots, &s, cfg, NULL, 0, l.root_list_from_comm_id ? "OOBX_COMM_ID" : "the root list");
+    return init_addrs(comm, &l, l.roots, &s, cfg, NULL, NULL,
+                      l.root_list_from_comm_id ? "OOBX_COMM_ID" : "the root list");
 }

@@ -39,20 +39,24 @@ typedef struct oobx_launch {
     int rank, nranks;
     int local_rank, local_size;
     /* The job identity, the same on every rank of the job and different
-     * between jobs; the magic (and later the job secret) derive from it:
-     *   "oobx-run:<OOBX_COMM_ID>"            OOBX_RANK/OOBX_NRANKS
-     *   "torchelastic:<TORCHELASTIC_RUN_ID>" torchrun (else "torch:<MASTER_ADDR>:<MASTER_PORT>")
+     * between jobs; the job secret and the magic derive from it
+     * (launch_job_secret in launch.c):
+     *   "oobx-run:<OOBX_RUN_KEY>"            OOBX_RANK/OOBX_NRANKS with OOBX_RUN_KEY
+     *   "torchelastic:<TORCHELASTIC_RUN_ID>" torchrun
      *   "pmix:<PMIX_NAMESPACE>"              Open MPI's mpirun, srun --mpi=pmix
      *   "ompi:<OMPI_MCA_ess_base_jobid>"     Open MPI without PMIx (with OOBX_COMM_ID)
      *   "hydra:<kvsname>"                    MPICH hydra (the name comes from the PMI server;
-     *                                        "hydra:" until the store is opened)
-     *   "slurm:<jobid>.<stepid>"             srun without PMI */
+     *                                        "hydra:" with OOBX_COMM_ID, where no store is opened)
+     *   "slurm:<jobid>.<stepid>"             srun without PMI
+     *   ""                                   none (plain OOBX_RANK/OOBX_NRANKS, torchrun without
+     *                                        TORCHELASTIC_RUN_ID): rank 0 warns unless a job key is set */
     char job_id[256];
     char vars[512];     /* which variables gave rank, size, local rank and roots (logged at info) */
     char roots[1024];   /* OOBX_RDV_ADDRS: host:port[,host:port...] */
     int root_list_from_comm_id; /* roots came from OOBX_COMM_ID (else MASTER_ADDR/MASTER_PORT) */
     char pmi_addr[128]; /* OOBX_RDV_PMI1: PMI_PORT (host:port) when there is no PMI_FD */
     int pmi_fd;         /* OOBX_RDV_PMI1: PMI_FD, or -1 */
+    unsigned kvs_seq;   /* PMIx, PMI-1: which exchange of this process with the store (0: its first) */
     /* OOBX_RDV_SLURM */
     char slurm_job[32], slurm_step[32];
 } oobx_launch_t;
@@ -93,8 +97,26 @@ int oobx__tasks_per_node(const char *spec, int *counts, int n, char *why, size_t
 int oobx__task_node(const int *counts, int nnodes, int rank, const char *dist);
 /* The port of root i of a Slurm step in [lo, hi]: from the job identity. */
 int oobx__slurm_port(const char *job_id, int lo, int hi, int root);
-/* "lo-hi" into *lo, *hi (1..65535, lo <= hi). 0 or -1. */
+/* "lo-hi" (digits only) into *lo, *hi (1..65535, lo <= hi). 0 or -1. */
 int oobx__port_range_parse(const char *text, int *lo, int *hi);
+
+/* The roots of a Slurm step started without PMI (launch.c). */
+typedef struct oobx_slurm_roots {
+    int nnodes;           /* names in SLURM_STEP_NODELIST */
+    int nroots;           /* ceil(nranks / ranks_per_root), at most one per node and per port of the range */
+    int port_lo, port_hi; /* OOBX_SLURM_PORT_RANGE */
+    char **names;         /* [nroots]: the node that runs the first rank of root i's block */
+    int *ports;           /* [nroots]: oobx__slurm_port(job_id, lo, hi, i) */
+    char list[1024];      /* name:port[,name:port...] ([name]:port for a name with a colon) */
+} oobx_slurm_roots_t;
+/* From the step's variables (nodes: SLURM_STEP_NODELIST, tpn:
+ * SLURM_STEP_TASKS_PER_NODE, dist: SLURM_DISTRIBUTION or NULL) and the
+ * settings (range: OOBX_SLURM_PORT_RANGE). 0, or OOBX_ERR_INVALID /
+ * OOBX_ERR_NOMEM with why naming the variable and its value. Free out with
+ * oobx__slurm_roots_free (also after a failure). */
+int oobx__slurm_roots(const char *job_id, int nranks, const char *nodes, const char *tpn, const char *dist,
+                      const char *range, int ranks_per_root, oobx_slurm_roots_t *out, char *why, size_t whylen);
+void oobx__slurm_roots_free(oobx_slurm_roots_t *r);
 
 /* ---- key-value stores: PMIx (module) and PMI-1 (pmi1.c) ---- */
 
@@ -106,7 +128,8 @@ typedef struct oobx_kvs_ops {
      * name (PMIx namespace, PMI-1 kvsname). why gets the reason of a failure. */
     int (*open)(const oobx_launch_t *l, int timeout_ms, oobx_kvs_t **out, int *rank, int *size, int *local_rank,
                 int *local_size, char *job, size_t joblen, char *why, size_t whylen);
-    /* Publishes key=value (value: printable text of at most 255 bytes). */
+    /* Publishes key=value (value: printable text of at most 255 bytes);
+     * bounded by open's timeout. */
     int (*put)(oobx_kvs_t *k, const char *key, const char *value, char *why, size_t whylen);
     /* Commits what was put and waits for every rank to do the same. */
     int (*fence)(oobx_kvs_t *k, int timeout_ms, char *why, size_t whylen);

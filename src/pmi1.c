@@ -2,9 +2,15 @@
  * A client of the PMI-1 wire protocol that MPICH's hydra serves on PMI_FD
  * (or on PMI_PORT, with PMI_ID): lines of "cmd=NAME key=value ...\n". Used
  * only for the rendezvous: init, get_maxes, get_my_kvsname, put, barrier_in,
- * get, finalize. Every wait is bounded by the caller's timeout.
+ * get, finalize. Every wait is bounded by the caller's timeout (put's by the
+ * one given to open).
+ *
+ * hydra ends a process's PMI_FD connection when the process finalizes, and
+ * close finalizes: a process gets one exchange through PMI_FD, and a second
+ * open says so (pmi_fd_closed) instead of failing on a broken pipe.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +28,7 @@ struct oobx_kvs {
     int own_fd; /* connected from PMI_PORT (closed at close) */
     char kvsname[256];
     int vallen_max, keylen_max;
+    int timeout_ms; /* open's, for put */
     char buf[4096]; /* received, not yet consumed */
     size_t have;
 };
@@ -161,6 +168,33 @@ static int pmi_int(const char *line, const char *key, int *out)
     return 0;
 }
 
+/* 1 when the server has ended the connection on fd (end of file or hang-up
+ * waiting, nothing else readable), 0 otherwise. Looks without waiting or
+ * consuming. */
+static int pmi_fd_closed(int fd)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&pf, 1, 0) != 1) return 0;
+    if (pf.revents & (POLLHUP | POLLRDHUP | POLLERR)) return 1;
+    char c;
+    return (pf.revents & POLLIN) && recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Why the server's end of PMI_FD is closed: after an earlier exchange of this
+ * process, because hydra ends the connection when a process finalizes. */
+static void pmi_closed_why(const oobx_launch_t *l, char *why, size_t whylen)
+{
+    if (l->kvs_seq == 0)
+        snprintf(why, whylen, "PMI-1: the PMI server has closed PMI_FD=%d before this process's first exchange; is "
+                 "this process one that mpiexec started?", l->pmi_fd);
+    else
+        snprintf(why, whylen, "PMI-1: the PMI server has closed PMI_FD=%d: hydra ends a process's PMI connection "
+                 "when it finalizes, which oobx does at the end of each oobx_comm_init_from_env, so a process joins "
+                 "one job through hydra's PMI-1 (this is its call %u); make more communicators with "
+                 "oobx_comm_split, or with oobx_get_unique_id + oobx_comm_init and the ids sent over the first one",
+                 l->pmi_fd, l->kvs_seq + 1);
+}
+
 static void pmi1_close(oobx_kvs_t *k)
 {
     if (!k) return;
@@ -184,7 +218,19 @@ static int pmi1_open(const oobx_launch_t *l, int timeout_ms, oobx_kvs_t **out, i
     k->fd = -1;
     char line[1024];
     int rc = 0;
+    k->timeout_ms = timeout_ms;
     if (l->pmi_fd >= 0) {
+        if (fcntl(l->pmi_fd, F_GETFD) < 0) {
+            snprintf(why, whylen, "PMI-1: PMI_FD=%d is not an open descriptor in this process (rank %d): %s",
+                     l->pmi_fd, l->rank, strerror(errno));
+            rc = OOBX_ERR_INVALID;
+            goto fail;
+        }
+        if (pmi_fd_closed(l->pmi_fd)) {
+            pmi_closed_why(l, why, whylen);
+            rc = OOBX_ERR_UNAVAILABLE;
+            goto fail;
+        }
         k->fd = l->pmi_fd;
     } else {
         oobx_sockaddr_t a;
@@ -207,9 +253,16 @@ static int pmi1_open(const oobx_launch_t *l, int timeout_ms, oobx_kvs_t **out, i
         uint64_t deadline = oobx__deadline(timeout_ms);
         for (int i = 0; rc == 0 && i < 3; i++) rc = pmi_recv(k, "initack", line, sizeof(line), deadline, why, whylen);
     }
-    if (rc == 0)
+    if (rc == 0) {
         rc = pmi_call(k, "cmd=init pmi_version=1 pmi_subversion=1\n", "response_to_init", line, sizeof(line),
                       timeout_ms, why, whylen);
+        /* the server may close the descriptor just after its last finalize_ack */
+        if ((rc == OOBX_ERR_SYSTEM || rc == OOBX_ERR_REMOTE) && !k->own_fd && l->kvs_seq > 0 &&
+            pmi_fd_closed(k->fd)) {
+            pmi_closed_why(l, why, whylen);
+            rc = OOBX_ERR_UNAVAILABLE;
+        }
+    }
     if (rc == 0) rc = pmi_call(k, "cmd=get_maxes\n", "maxes", line, sizeof(line), timeout_ms, why, whylen);
     if (rc == 0 && (pmi_int(line, "vallen_max", &k->vallen_max) || pmi_int(line, "keylen_max", &k->keylen_max))) {
         snprintf(why, whylen, "PMI-1: get_maxes answered \"%s\" (no vallen_max/keylen_max)", line);
@@ -243,7 +296,7 @@ static int pmi1_put(oobx_kvs_t *k, const char *key, const char *value, char *why
     }
     char req[1024], line[512];
     snprintf(req, sizeof(req), "cmd=put kvsname=%s key=%s value=%s\n", k->kvsname, key, value);
-    return pmi_call(k, req, "put_result", line, sizeof(line), 10000, why, whylen);
+    return pmi_call(k, req, "put_result", line, sizeof(line), k->timeout_ms, why, whylen);
 }
 
 static int pmi1_fence(oobx_kvs_t *k, int timeout_ms, char *why, size_t whylen)

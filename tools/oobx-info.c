@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "launch.h"
 #include "oobx.h"
 #include "settings.h"
 #include "topo.h"
@@ -24,7 +25,8 @@ extern char **environ;
 
 
 /* Environment variables read outside the settings table. */
-static const char *const env_extra[] = {"OOBX_RANK", "OOBX_NRANKS", "OOBX_ROOT_FD", "OOBX_BOOT_AT", NULL};
+static const char *const env_extra[] = {"OOBX_RANK", "OOBX_NRANKS", "OOBX_ROOT_FD", "OOBX_BOOT_AT", "OOBX_RUN_KEY",
+                                        NULL};
 
 static void usage(FILE *fp)
 {
@@ -214,12 +216,15 @@ static void print_interface(const oobx_settings_t *s)
 
 /* ---- settings ---------------------------------------------------------------- */
 
-/* The settings tables: the core's, then each transport's that loads. */
+/* The settings tables: the core's, the launchers' (oobx_comm_init_from_env),
+ * then each transport's that loads. */
 static int settings_tables(const oobx_settings_t *s, const oobx_setting_desc_t **out, const char **owner, int max)
 {
     int k = 0, n;
     out[k] = oobx__settings_table;
     owner[k++] = "core";
+    out[k] = oobx__launch_settings_table;
+    owner[k++] = "launcher";
     const oobx__tp_entry_t *tab = oobx__tp_table(&n);
     for (int i = 0; i < n && k < max; i++) {
         const oobx_tp_ops_t *ops;
@@ -264,7 +269,10 @@ static void print_settings(const oobx_settings_t *s)
     int nt = settings_tables(s, tables, owner, 8);
     printf("# oobx %s settings: default, value in this environment, and doc\n", oobx_version());
     for (int t = 0; t < nt; t++) {
-        if (t) printf("\n# ---- the %s transport's own settings\n", owner[t]);
+        if (t && !strcmp(owner[t], "launcher"))
+            printf("\n# ---- launchers: oobx_comm_init_from_env under srun, mpirun, mpiexec, torchrun "
+                   "(docs/launchers.md)\n");
+        else if (t) printf("\n# ---- the %s transport's own settings\n", owner[t]);
         for (const oobx_setting_desc_t *d = tables[t]; d->name; d++) {
             const char *v = getenv(d->name);
             printf("\n# %s\n", d->doc);

@@ -142,6 +142,12 @@ if [ -x "$info" ]; then
     if grep -Eq '^  OOBX_TRANSPORT=auto would use: (ucx|verbs|socket)$' "$tmp/out" &&
         grep -Eq '^      (ucx|verbs|socket) +starts' "$tmp/out"; then ok "oobx-info: auto's choice with the built modules"
     else bad "oobx-info: auto's choice with the built modules"; fi
+    # -c lists the launcher settings with the others, values from the environment
+    OOBX_LAUNCHER=slurm OOBX_RUN_KEY=k "$info" -c >"$tmp/out" 2>"$tmp/err"
+    if grep -q '^OOBX_LAUNCHER=slurm    # set in the environment$' "$tmp/out" &&
+        grep -q '^OOBX_SLURM_PORT_RANGE=' "$tmp/out" && grep -q '^OOBX_LAUNCH_RANKS_PER_ROOT=' "$tmp/out" &&
+        ! grep -q 'misspelt' "$tmp/out"; then ok "oobx-info -c: the launcher settings"
+    else bad "oobx-info -c: the launcher settings"; fi
 else
     skipped "oobx-info checks: $info is not built"
 fi

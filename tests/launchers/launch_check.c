@@ -5,10 +5,17 @@
  * allgather of every rank's card, a broadcast from every root, a ring of
  * point-to-point messages, barriers and a split by parity; each result is
  * checked. Prints "launch-check: rank R of N ok" or names what failed.
+ *
+ * With LAUNCH_CHECK_SECOND set, a second oobx_comm_init_from_env is tried
+ * while the first communicator lives, and its outcome printed.
+ * "launch-check hold PORT" takes TCP port PORT on every address and holds it
+ * until killed (the test of the Slurm "port taken" error).
  */
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "oobx.h"
@@ -25,15 +32,51 @@ static int fail(int rank, const char *what, int rc)
     return 1;
 }
 
-int main(void)
+static int hold_port(const char *text)
+{
+    int port = atoi(text), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 4) != 0) {
+        perror("launch-check hold");
+        return 1;
+    }
+    printf("launch-check: holding port %d\n", port);
+    for (;;) pause();
+}
+
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && !strcmp(argv[1], "hold")) return hold_port(argv[2]);
     oobx_comm_t comm;
     int rc = oobx_comm_init_from_env(&comm, NULL);
     if (rc) return fail(-1, "oobx_comm_init_from_env", rc);
     int rank, n;
     oobx_comm_rank(comm, &rank);
     oobx_comm_size(comm, &n);
+    /* LAUNCH_CHECK_SECOND: a second oobx_comm_init_from_env while the first
+     * communicator lives; its outcome is printed, the first is checked as always */
+    if (getenv("LAUNCH_CHECK_SECOND")) {
+        oobx_comm_t second;
+        int r2 = oobx_comm_init_from_env(&second, NULL);
+        if (r2 == 0) {
+            int sr = -1, sn = -1;
+            oobx_comm_rank(second, &sr);
+            oobx_comm_size(second, &sn);
+            int *all = calloc((size_t)n, sizeof(int));
+            all[rank] = rank + 1;
+            int bad = sr != rank || sn != n || oobx_allgather(second, all, sizeof(int)) != 0;
+            for (int r = 0; !bad && r < n; r++) bad = all[r] != r + 1;
+            free(all);
+            if (bad) return fail(rank, "the second communicator", OOBX_ERR_MISMATCH);
+            printf("launch-check: rank %d second communicator ok\n", rank);
+            oobx_comm_destroy(second);
+        } else {
+            printf("launch-check: rank %d second communicator refused: %s\n", rank, oobx_last_error());
+        }
+    }
     const char *want = getenv("LAUNCH_CHECK_NRANKS");
     if (want && atoi(want) != n) {
         printf("launch-check: rank %d FAILED: size %d, the launcher started %s\n", rank, n, want);

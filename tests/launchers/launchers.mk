@@ -8,6 +8,6 @@ $(LAUNCH_CHECK_BIN): $(OBJDIR)/tests/launchers/launch_check.o $(LIBOOBX_SO)
 
 test-launchers:
 	@sh tools/install-deps.sh launchers
-	@$(MAKE) --no-print-directory $(LIBOOBX_SO) $(PMIX_SO) $(BINDIR)/oobx-demo $(LAUNCH_CHECK_BIN)
+	@$(MAKE) --no-print-directory $(LIBOOBX_SO) $(PMIX_SO) $(BINDIR)/oobx-demo $(BINDIR)/oobx-run $(LAUNCH_CHECK_BIN)
 	@bash tests/launchers/run-launchers.sh $(BUILD)
 .PHONY: test-launchers

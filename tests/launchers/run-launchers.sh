@@ -4,8 +4,10 @@
 # stopped by its pid at the end, also on failure) and runs launch-check (a
 # quick conformance subset, every rank's line checked) and oobx-demo under
 # mpirun, mpiexec.hydra, srun, srun --mpi=pmix, sbatch + mpirun, sbatch +
-# mpiexec and srun -n 1 + a torchrun-style loop. A job past its deadline
-# fails naming the ranks that did not finish.
+# mpiexec, srun -n 1 + a torchrun-style loop, oobx-run and a plain-environment
+# loop; then a second communicator under mpirun and mpiexec, and srun with
+# its Slurm port taken. A job past its deadline fails naming the ranks that
+# did not finish. Every command of docs/launchers.md is one of these.
 #   bash tests/launchers/run-launchers.sh BUILD
 set -uo pipefail
 build=${1:-build}
@@ -171,6 +173,66 @@ B
 chmod +x "$work"/*.sh
 job "srun -n 1 + torchrun-style loop of 4" 4 srun -n 1 "$work/torchrun-loop.sh" "$check"
 demo_job "srun -n 1 + torchrun-style loop of 4" srun -n 1 "$work/torchrun-loop.sh" "$demo"
+
+# oobx-run, and the plain environment (what any launcher, or a shell loop, can set)
+job "oobx-run -n 8 --no-prefix" 8 "$root/$build/bin/oobx-run" -n 8 --no-prefix -- "$check"
+demo_job "oobx-run -n 8" "$root/$build/bin/oobx-run" -n 8 -- "$demo"
+cat > "$work/plain-env.sh" <<'B'
+#!/bin/bash
+# 4 ranks with OOBX_RANK/OOBX_NRANKS/OOBX_COMM_ID and a job key
+port=$((30000 + $$ % 10000))
+key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+for r in 0 1 2 3; do
+    OOBX_RANK=$r OOBX_NRANKS=4 OOBX_COMM_ID=127.0.0.1:$port OOBX_JOB_KEY=$key "$@" &
+done
+st=0
+for r in 0 1 2 3; do wait -n || st=1; done
+exit $st
+B
+chmod +x "$work/plain-env.sh"
+job "plain environment, 4 ranks" 4 "$work/plain-env.sh" "$check"
+demo_job "plain environment, 4 ranks" "$work/plain-env.sh" "$demo"
+
+# a second oobx_comm_init_from_env in every rank: PMIx serves it; hydra closes
+# PMI_FD at the first PMI finalize, and the second call says so (the first
+# communicator goes on)
+# second NAME N WANT COMMAND...: every rank's ok line and N lines matching WANT
+second() {
+    local name=$1 n=$2 want=$3 log="$work/second-$((n_pass + n_fail)).log" rc got
+    shift 3
+    LAUNCH_CHECK_SECOND=1 timeout -k 5 "$deadline" "$@" >"$log" 2>&1
+    rc=$?
+    got=$(grep -cE "^launch-check: rank [0-9]+ second communicator $want" "$log")
+    if [ "$got" -eq "$n" ]; then verdict "$name" "$n" "$log" "$rc"; return; fi
+    n_fail=$((n_fail + 1))
+    echo "FAIL $name: $got of $n ranks say \"second communicator $want\""
+    tail -15 "$log" | sed 's/^/    /'
+}
+second "mpirun -np 4, a second communicator" 4 "ok" mpirun.openmpi --oversubscribe -np 4 "$check"
+second "mpiexec.hydra -n 4, a second communicator" 4 \
+    "refused: MPICH hydra \(rank [0-9]+\): PMI-1: the PMI server has closed PMI_FD=[0-9]+: hydra ends" \
+    mpiexec.hydra -n 4 "$check"
+
+# the Slurm port taken: OOBX_SLURM_PORT_RANGE of one port, which another process holds
+hold=$((40000 + $$ % 5000))
+"$check" hold "$hold" >"$work/hold.out" 2>&1 &
+holder=$!
+pids+=($holder)
+for _ in $(seq 50); do grep -q holding "$work/hold.out" && break; sleep 0.1; done
+OOBX_SLURM_PORT_RANGE=$hold-$hold timeout -k 5 "$deadline" srun -n 1 "$check" >"$work/taken.log" 2>&1
+rc=$?
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q holding "$work/hold.out" &&
+    grep -qE "cannot host root 0 of Slurm job [0-9]+ step [0-9]+ at [^ ]+:$hold: port $hold is taken" "$work/taken.log" &&
+    grep -q "OOBX_SLURM_PORT_RANGE=$hold-$hold: set OOBX_SLURM_PORT_RANGE" "$work/taken.log"; then
+    echo "PASS srun -n 1 with its port taken: the error names the port, job, step and OOBX_SLURM_PORT_RANGE"
+    n_pass=$((n_pass + 1))
+else
+    echo "FAIL srun -n 1 with its port taken (exit status $rc):"
+    n_fail=$((n_fail + 1))
+    tail -5 "$work/hold.out" "$work/taken.log" | sed 's/^/    /'
+fi
 
 echo "==== test-launchers: $(($(date +%s) - started)) s"
 echo "tests: $n_pass passed, $n_fail failed, $n_skip skipped"
