@@ -591,9 +591,10 @@ static int init_addrs(oobx_comm_t *comm, const oobx_launch_t *l, const char *lis
     return rc;
 }
 
-static int nroots_for(int nranks, const oobx_launch_settings_t *ls)
+/* Roots for nranks at OOBX_LAUNCH_RANKS_PER_ROOT = ranks_per_root (256 when unset). */
+static int nroots_for(int nranks, int ranks_per_root)
 {
-    int per = ls->ranks_per_root > 0 ? ls->ranks_per_root : 256;
+    int per = ranks_per_root > 0 ? ranks_per_root : 256;
     int n = (nranks + per - 1) / per;
     return n < 1 ? 1 : n > nranks ? nranks : n;
 }
@@ -648,9 +649,7 @@ int oobx__slurm_roots(const char *job_id, int nranks, const char *nodes, const c
         rc = OOBX_ERR_INVALID;
         goto out_counts;
     }
-    int per = ranks_per_root > 0 ? ranks_per_root : 256;
-    int nroots = (nranks + per - 1) / per;
-    if (nroots < 1) nroots = 1;
+    int nroots = nroots_for(nranks, ranks_per_root);
     if (nroots > nn) nroots = nn;
     if (nroots > hi - lo + 1) nroots = hi - lo + 1;
     out->nnodes = nn;
@@ -845,7 +844,7 @@ static int kvs_exchange(oobx_launch_t *l, const oobx_settings_t *s, const oobx_l
         ops->close(k);
         return rc;
     }
-    int nroots = nroots_for(size, ls);
+    int nroots = nroots_for(size, ls->ranks_per_root);
     uint64_t hosted = 0;
     char key[64], val[2 * OOBX_UNIQUE_ID_BYTES + 512];
     for (int i = 0; i < nroots && rc == 0; i++) {

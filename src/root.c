@@ -705,9 +705,9 @@ static void accept_all(root_state_t *st)
             st->conns = nc;
             st->capconns = cap;
         }
-        int slot = src_slot(st, &peer);
-        int from_one = st->src_tab[slot].n >= unproved_cap(st);
-        if (from_one || st->unproved >= (unproved_cap(st) > ROOT_UNPROVED_MAX ? unproved_cap(st) : ROOT_UNPROVED_MAX)) {
+        int slot = src_slot(st, &peer), cap = unproved_cap(st);
+        int from_one = st->src_tab[slot].n >= cap;
+        if (from_one || st->unproved >= (cap > ROOT_UNPROVED_MAX ? cap : ROOT_UNPROVED_MAX)) {
             /* closed before its challenge: a rank connects again */
             close(fd);
             if (st->shed++ == 0 || oobx__ratelimit_ok(&st->stray_rl)) {
@@ -1037,19 +1037,15 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
                      c->rank, iroot, name, sub, shed ? " (the root shed this rank's earlier connections)" : "");
             return rc;
         }
-        /* the root's challenge comes first; a root that has too many
-         * connections without proof from this address closes the oldest
-         * before its challenge (docs/security.md): try again, later */
+        /* the root's challenge comes first; a root that holds its cap of
+         * connections without proof closes new ones before their challenge
+         * (docs/security.md): try again, later */
         size_t got = 0;
         rc = oobx__sock_recv_all_got(fd, ch, sizeof(ch), c->cancel, sub, sizeof(sub), &got);
         if (rc != OOBX_ERR_REMOTE || got != 0) break;
         close(fd);
         fd = -1;
-        int ms = oobx__sock_backoff_ms(shed + 1, &rng);
-        int left = oobx__ms_left(c->cancel ? c->cancel->deadline_ns : UINT64_MAX, ms);
-        if (left >= 0 && left < ms) ms = left;
-        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        oobx__sock_backoff_sleep(c->cancel, shed + 1, &rng);
     }
     OOBX_DEBUG(c->log, "rank %d: root %d at %s: connected in %.3f ms, challenge after %.3f ms more%s", c->rank, iroot,
                name, (t_conn - t0) / 1e6, (oobx__now_ns() - t_conn) / 1e6, shed ? " (shed before)" : "");

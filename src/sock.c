@@ -213,6 +213,15 @@ int oobx__sock_backoff_ms(int tries, uint64_t *rng)
     return ms < 1 ? 1 : ms;
 }
 
+void oobx__sock_backoff_sleep(const oobx_cancel_t *c, int tries, uint64_t *rng)
+{
+    int ms = oobx__sock_backoff_ms(tries, rng);
+    int left = oobx__ms_left(c ? c->deadline_ns : UINT64_MAX, ms);
+    if (c && c->user_abort && left > 50) left = 50;
+    struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (long)(left % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, char *why, size_t whylen)
 {
     char name[96];
@@ -255,11 +264,7 @@ int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, i
             snprintf(why, whylen, "connect to %s: %s", name, strerror(err));
             return OOBX_ERR_SYSTEM;
         }
-        int ms = oobx__sock_backoff_ms(tries, &rng);
-        int left = oobx__ms_left(c ? c->deadline_ns : UINT64_MAX, ms);
-        if (c && c->user_abort && left > 50) left = 50;
-        struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (long)(left % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        oobx__sock_backoff_sleep(c, tries, &rng);
     }
 }
 

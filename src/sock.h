@@ -59,6 +59,9 @@ int oobx__sock_connect_result(int fd);
 int oobx__sock_errno_retryable(int err);
 /* Next backoff in ms after try number `tries` (1, 2, ...): 5 ms doubling to 1 s, +-25% jitter. */
 int oobx__sock_backoff_ms(int tries, uint64_t *rng);
+/* Sleeps the backoff of try number tries, within c's deadline (and 50 ms at
+ * most when a user abort flag is watched). */
+void oobx__sock_backoff_sleep(const oobx_cancel_t *c, int tries, uint64_t *rng);
 
 /* Blocking connect with retries and backoff until c's deadline. 0 with a
  * connected blocking-mode-free (non-blocking) fd, or an error with why. */

@@ -39,6 +39,7 @@
 #include <cmocka.h>
 
 #include "oobx.h"
+#include "oobx_debug.h"
 #include "log.h"
 #include "settings.h"
 #include "tp_module.h"
@@ -674,17 +675,6 @@ static void nodes_free(node_t *nodes, int n)
     free(nodes);
 }
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n - 1; /* the directory's own */
-}
 
 static int fd_readable(int fd)
 {
@@ -1751,9 +1741,9 @@ static void test_create_destroy_cycles(void **state)
         double ms = nodes_destroy_all(nodes, 2);
         if (ms > worst) worst = ms;
         free(nodes);
-        if (cycle == 1) fds0 = count_fds(); /* after the transport's own start-up */
+        if (cycle == 1) fds0 = oobx_debug_count_fds(); /* after the transport's own start-up */
     }
-    int fds1 = count_fds();
+    int fds1 = oobx_debug_count_fds();
     print_message("%d cycles in %.2f s, slowest destroy %.1f ms, fds %d -> %d\n", cycles,
                   (double)(oobx__now_ns() - t0) / 1e9, worst, fds0, fds1);
     assert_int_equal(fds1, fds0);

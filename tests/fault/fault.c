@@ -31,6 +31,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "oobx_debug.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -1191,10 +1192,6 @@ static void test_abort_in_allgather(void **state)
 
 /* ---- init/destroy cycles without growth ---------------------------------------------- */
 
-static int count_fds(void)
-{
-    return fds_of(getpid()) - 1; /* the DIR's own fd */
-}
 
 static long rss_kib(void)
 {
@@ -1219,13 +1216,13 @@ static int rank_cycles(harness_rank_t *r)
     double t0 = harness_now();
     for (int k = 0; k < ctl->count; k++) {
         if (k == warm) {
-            fd0 = count_fds();
+            fd0 = oobx_debug_count_fds();
             rss0 = rss_kib();
             heap0 = mallinfo2().uordblks;
             t0 = harness_now();
         }
         if (k == half) {
-            fdh = count_fds();
+            fdh = oobx_debug_count_fds();
             rssh = rss_kib();
             heaph = mallinfo2().uordblks;
         }
@@ -1244,7 +1241,7 @@ static int rank_cycles(harness_rank_t *r)
     /* roots of the last cycles may still be winding down */
     H_OK(r, oobx_barrier(base));
     sleep_ms(200);
-    int fd1 = count_fds();
+    int fd1 = oobx_debug_count_fds();
     long rss1 = rss_kib();
     size_t heap1 = mallinfo2().uordblks;
     int cycles = ctl->count - warm;
