@@ -11,7 +11,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_check_why(why, rc, "message header");
     if (rc == 0) {
         FUZZ_ASSERT(size >= OOBX_MSGHDR_BYTES, "accepted a header of %zu bytes", size);
-        FUZZ_ASSERT(h.kind >= OOBX_MSG_P2P && h.kind <= OOBX_MSG_CTRL, "kind %u", h.kind);
+        /* a message kind, optionally flagged for rendezvous, or one of the
+         * rendezvous frames (clear-to-send answers carry no payload) */
+        unsigned base = h.kind & ~OOBX_FRAME_RTS;
+        int cts = h.kind == OOBX_FRAME_CTS_GO || h.kind == OOBX_FRAME_CTS_SKIP;
+        FUZZ_ASSERT(cts || h.kind == OOBX_FRAME_DATA || (base >= OOBX_MSG_P2P && base <= OOBX_MSG_CTRL), "kind %u", h.kind);
+        FUZZ_ASSERT(!cts || h.len == 0, "clear-to-send frame with %llu bytes", (unsigned long long)h.len);
         FUZZ_ASSERT(h.len <= OOBX_MSG_MAX_LEN, "len %llu", (unsigned long long)h.len);
         FUZZ_ASSERT(h.src >= 0, "src %d", h.src);
         unsigned char out[OOBX_MSGHDR_BYTES];
