@@ -144,7 +144,9 @@ static coll_group_t whole(struct oobx_comm *c)
 
 
 /* The core's part of a rank's card, before the transport address:
- * u16 magic, u16 CPUs online, u32 zero, u64 host hash. */
+ * u16 magic, u16 CPUs online, u16 the launcher's local rank + 1 and u16 its
+ * local size (0 each when unknown, or when OOBX_HOST_ID names the host: an
+ * explicit host id wins), u64 host hash. */
 #define CARD_HDR 16
 #define CARD_MAGIC 0x4f43u
 
@@ -157,15 +159,23 @@ static uint64_t host_id(const oobx_settings_t *s)
     return oobx__hash64(host, strlen(host), 0x686f7374ull);
 }
 
-static void card_header(char *out, const oobx_settings_t *s)
+static int online_cpus(void)
 {
-    unsigned char *p = (unsigned char *)out;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1) ncpu = 1;
     if (ncpu > 65535) ncpu = 65535;
+    return (int)ncpu;
+}
+
+static void card_header(char *out, const oobx_settings_t *s)
+{
+    unsigned char *p = (unsigned char *)out;
+    int ncpu = online_cpus();
+    int launcher = !s->host_id[0] && s->local_size > 0 && s->local_size <= 0xffff && s->local_rank >= 0;
     oobx__put_u16(p, CARD_MAGIC);
     oobx__put_u16(p + 2, (uint16_t)ncpu);
-    oobx__put_u32(p + 4, 0);
+    oobx__put_u16(p + 4, launcher ? (uint16_t)(s->local_rank + 1) : 0);
+    oobx__put_u16(p + 6, launcher ? (uint16_t)s->local_size : 0);
     oobx__put_u64(p + 8, host_id(s));
 }
 
@@ -183,10 +193,12 @@ static int host_cmp(const void *a, const void *b)
 /* From the card headers of n ranks (cap bytes apart), sorted once: the number
  * of distinct hosts, and in *over 1 when some host holds more ranks than the
  * fewest CPUs its cards report (every rank sees the same cards, so all agree).
- * 0 hosts when out of memory (and *over 0). */
-static int cards_hosts(const unsigned char *items, size_t cap, int n, int *over)
+ * *mine_over: the same of host mine alone (may be NULL). 0 hosts when out of
+ * memory (and *over 0). */
+static int cards_hosts(const unsigned char *items, size_t cap, int n, int *over, uint64_t mine, int *mine_over)
 {
     *over = 0;
+    if (mine_over) *mine_over = 0;
     host_cpus_t *h = malloc((size_t)n * sizeof(*h));
     if (!h) return 0;
     for (int r = 0; r < n; r++) {
@@ -200,6 +212,7 @@ static int cards_hosts(const unsigned char *items, size_t cap, int n, int *over)
         for (; j < n && h[j].host == h[i].host; j++)
             if (h[j].ncpu < ncpu) ncpu = h[j].ncpu;
         if (j - i > ncpu) *over = 1;
+        if (j - i > ncpu && mine_over && h[i].host == mine) *mine_over = 1;
         hosts++;
         i = j;
     }
@@ -209,11 +222,12 @@ static int cards_hosts(const unsigned char *items, size_t cap, int n, int *over)
 
 /* Checks the table of every rank's card (rank r's at card(r)): each is
  * well formed; *hosts: how many hosts they name, *over: some host is
- * oversubscribed. With record, every peer's address goes to the transport
+ * oversubscribed, *host_over (may be NULL): this rank's host is. With record, every peer's address goes to the transport
  * too (the flat path). Called with the endpoint lock held. */
 typedef const unsigned char *(*card_fn)(void *arg, int r, size_t *len);
 
-static int check_cards(struct oobx_comm *c, card_fn card, void *arg, int record, int *hosts, int *over)
+static int check_cards(struct oobx_comm *c, card_fn card, void *arg, int record, int *hosts, int *over,
+                       int *host_over)
 {
     int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
     unsigned char *heads = malloc((size_t)nranks * CARD_HDR);
@@ -234,20 +248,24 @@ static int check_cards(struct oobx_comm *c, card_fn card, void *arg, int record,
                             len - CARD_HDR, oobx_last_error());
     }
     if (rc == 0) {
-        *hosts = cards_hosts(heads, CARD_HDR, nranks, over);
+        *hosts = cards_hosts(heads, CARD_HDR, nranks, over, oobx__get_u64(heads + (size_t)rank * CARD_HDR + 8),
+                             host_over);
         if (*hosts == 0) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for %d cards", rank, nranks);
     }
     free(heads);
     return rc;
 }
 
-/* The oversubscribed flag and the ring links, once the cards are known. */
-static int cards_taken(struct oobx_comm *c, int over, int ring_next_done)
+/* The oversubscribed flags and the ring links, once the cards are known:
+ * over (some host of the job is) chooses the algorithms, the same on every
+ * rank; host_over (this rank's host is) whether this rank polls before it
+ * sleeps, since polling costs only its own host's CPUs. */
+static int cards_taken(struct oobx_comm *c, int over, int host_over, int ring_next_done)
 {
     int rank = c->v.rank, nranks = c->v.nranks, rc = 0;
     c->v.ep->oversubscribed = over;
     c->v.ep->spreads = 2;
-    oobx__ep_set_spin(c->v.ep, over);
+    oobx__ep_set_spin(c->v.ep, host_over);
     if (over) OOBX_INFO(&c->log, "a host runs more ranks than it has CPUs: small collectives use the tree algorithms");
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
     if (nranks > 1) rc = oobx__ep_know(c->v.ep, next);
@@ -308,8 +326,9 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     }
     strided_t t = {(const unsigned char *)items, cap, lens};
     int hosts = 0, over = 0;
-    if (rc == 0) rc = check_cards(c, strided_card, &t, 1, &hosts, &over);
-    if (rc == 0) rc = cards_taken(c, over, 1);
+    int host_over = 0;
+    if (rc == 0) rc = check_cards(c, strided_card, &t, 1, &hosts, &over, &host_over);
+    if (rc == 0) rc = cards_taken(c, over, host_over, 1);
     pthread_mutex_unlock(&c->v.ep->lock);
     free(items);
     free(lens);
@@ -734,6 +753,10 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     c->timings.root = (t_root - t0) / 1e9 - delay;
     c->timings.ring = 0;
     c->timings.local_ranks = pl.place.local_size;
+    if (c->settings.local_size > 0 && c->settings.local_size != pl.place.local_size)
+        OOBX_INFO(&c->log, "the launcher (%s) says %d ranks on this host; %d share its table (a host split between "
+                  "two roots' blocks has a table in each; ranks that share a host id but not a node are alone)",
+                  c->settings.local_vars, c->settings.local_size, pl.place.local_size);
     int leader = pl.place.local_index == 0;
     int *members = NULL;
     if (leader) {
@@ -763,7 +786,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
             if (rc == 0 && oobx__node_count(node) != nranks)
                 rc = oobx__fail(&c->log, OOBX_ERR_INTERNAL, "rank %d: the host's table holds %d cards of %d", rank,
                                 oobx__node_count(node), nranks);
-            if (rc == 0) rc = check_cards(c, node_card_of, node, 0, &hosts, &over);
+            if (rc == 0) rc = check_cards(c, node_card_of, node, 0, &hosts, &over, NULL);
             if (rc == 0) oobx__node_set_summary(node, hosts, over);
             pthread_mutex_unlock(&c->v.ep->lock);
         }
@@ -780,7 +803,11 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         pthread_mutex_lock(&c->v.ep->lock);
         rc = oobx__ep_set_addr_source(c->v.ep, node_addr_of, node, node_release);
         owned = rc == 0;
-        if (rc == 0) rc = cards_taken(c, over, 0);
+        /* the host's ranks share its table: its size is this host's count
+         * (the launcher's when larger: a host split between two roots' blocks
+         * has a table per block) */
+        int here = pl.place.local_size > c->settings.local_size ? pl.place.local_size : c->settings.local_size;
+        if (rc == 0) rc = cards_taken(c, over, here > online_cpus(), 0);
         pthread_mutex_unlock(&c->v.ep->lock);
     }
     if (rc == 0 && c->settings.node_buf > 0) {
@@ -830,6 +857,8 @@ int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, con
                             .aborted = &c->aborted};
     int rc = oobx__ep_create(s, &c->log, &c->v.ep);
     if (rc == 0) rc = oobx__ep_set_size(c->v.ep, rank, nranks);
+    /* the launcher's count of this host's ranks decides polling before the cards are in */
+    if (rc == 0 && s->local_size > 0) oobx__ep_set_spin(c->v.ep, s->local_size > online_cpus());
     if (rc != 0) {
         comm_release_ep(c);
         comm_free(c);

@@ -99,7 +99,9 @@ static int env_local(const env_t *e, const char *rname, const char *sname, const
 {
     l->local_rank = l->local_size = -1;
     if (!env_str(e, rname) && !env_str(e, sname)) return 0;
-    return env_pair(e, rname, sname, who, &l->local_rank, &l->local_size);
+    if (env_pair(e, rname, sname, who, &l->local_rank, &l->local_size)) return -1;
+    snprintf(l->local_vars, sizeof(l->local_vars), "%s/%s", rname, sname);
+    return 0;
 }
 
 /* A Slurm step id that names a step of tasks (not the batch script's, the
@@ -179,6 +181,8 @@ static int detect_one(const env_t *e, oobx_launcher_t which, const char *comm_id
     case OOBX_LAUNCH_OOBX:
         if (env_pair(e, "OOBX_RANK", "OOBX_NRANKS", "oobx-run", &l->rank, &l->nranks)) return -1;
         snprintf(l->vars, sizeof(l->vars), "rank from OOBX_RANK, size from OOBX_NRANKS");
+        if (env_local(e, "OOBX_LOCAL_RANK", "OOBX_LOCAL_SIZE", "oobx-run", l)) return -1;
+        if (l->local_rank >= 0) oobx__appendf(l->vars, sizeof(l->vars), ", local rank from OOBX_LOCAL_RANK/_SIZE");
         if ((r = roots_from_addrs(e, comm_id, l, 1)) != 0) {
             if (r > 0)
                 snprintf(e->why, e->whylen,
@@ -314,6 +318,7 @@ static int detect_one(const env_t *e, oobx_launcher_t which, const char *comm_id
                     if (oobx__hostlist_nth(nodes, j, name, sizeof(name), w, sizeof(w)) == 0 && !strcmp(name, me)) {
                         l->local_rank = (int)lr;
                         l->local_size = counts[j];
+                        snprintf(l->local_vars, sizeof(l->local_vars), "SLURM_LOCALID/SLURM_STEP_TASKS_PER_NODE");
                         oobx__appendf(l->vars, sizeof(l->vars), ", local rank from SLURM_LOCALID and "
                                       "SLURM_STEP_TASKS_PER_NODE");
                         break;
@@ -386,6 +391,11 @@ int oobx__launch_detect(oobx_env_get_fn get, void *ctx, const char *force, const
     if (detect_one(&e, l.launcher, comm_id, &l) != 0) {
         snprintf(fwhy, sizeof(fwhy), "%s", why);
         snprintf(why, whylen, "%s", fwhy);
+        return OOBX_ERR_INVALID;
+    }
+    if (l.local_size > 0 && l.nranks > 0 && l.local_size > l.nranks) {
+        snprintf(why, whylen, "%s: %s says %d ranks on this host, but the job has %d", l.name, l.local_vars,
+                 l.local_size, l.nranks);
         return OOBX_ERR_INVALID;
     }
     /* the outer launchers whose variables were passed over */
@@ -824,9 +834,10 @@ static int kvs_exchange(oobx_launch_t *l, const oobx_settings_t *s, const oobx_l
     }
     l->rank = rank;
     l->nranks = size;
-    if (l->local_rank < 0) {
+    if (l->local_rank < 0 && lr >= 0 && lsz > lr) {
         l->local_rank = lr;
         l->local_size = lsz;
+        snprintf(l->local_vars, sizeof(l->local_vars), "the %s server's local rank", ops->name);
     }
     if (l->launcher == OOBX_LAUNCH_HYDRA) snprintf(l->job_id, sizeof(l->job_id), "hydra:%s", job);
     oobx_log_t lg;
@@ -923,6 +934,16 @@ static int kvs_exchange(oobx_launch_t *l, const oobx_settings_t *s, const oobx_l
     return 0;
 }
 
+/* What the launcher says of this rank's host goes into the node-aware
+ * bootstrap (the card's header; comm.c, root.c). */
+static void take_local(oobx_settings_t *s, const oobx_launch_t *l)
+{
+    if (l->local_rank < 0 || l->local_size <= l->local_rank) return;
+    s->local_rank = l->local_rank;
+    s->local_size = l->local_size;
+    snprintf(s->local_vars, sizeof(s->local_vars), "%s", l->local_vars);
+}
+
 static int init_kvs(oobx_comm_t *comm, oobx_launch_t *l, const oobx_settings_t *s, const oobx_launch_settings_t *ls,
                     const oobx_config_t *cfg)
 {
@@ -938,7 +959,9 @@ static int init_kvs(oobx_comm_t *comm, oobx_launch_t *l, const oobx_settings_t *
     l->kvs_seq = seq;
     int rc = kvs_exchange(l, s, ls, seq, &roots, &nroots, &hosted);
     atomic_flag_clear(&kvs_process.busy);
-    if (rc == 0) rc = oobx__comm_init_common(comm, l->nranks, l->rank, nroots, roots, s, cfg, hosted);
+    oobx_settings_t sl = *s;
+    take_local(&sl, l);
+    if (rc == 0) rc = oobx__comm_init_common(comm, l->nranks, l->rank, nroots, roots, &sl, cfg, hosted);
     free(roots);
     return rc;
 }
@@ -959,6 +982,7 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     rc = oobx__launch_detect(oobx__env_process, NULL, ls.launcher, s.comm_id, &l, why, sizeof(why));
     if (rc != 0) return oobx__fail(NULL, rc, "%s", why);
     if (l.rdv == OOBX_RDV_PMIX || l.rdv == OOBX_RDV_PMI1) return init_kvs(comm, &l, &s, &ls, cfg);
+    take_local(&s, &l);
     oobx_log_t lg;
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "rank %d/%d", l.rank, l.nranks);

@@ -38,6 +38,7 @@ typedef struct oobx_launch {
     oobx_rdv_t rdv;
     int rank, nranks;
     int local_rank, local_size;
+    char local_vars[64]; /* which variables (or which server) gave local_rank/local_size */
     /* The job identity, the same on every rank of the job and different
      * between jobs; the job secret and the magic derive from it
      * (launch_job_secret in launch.c):

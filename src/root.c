@@ -327,13 +327,15 @@ static int next_of(const root_state_t *st, int local)
 
 /* ---- node-aware answers ---- */
 
-/* The core's card header (comm.c): u16 magic, u16 CPUs, u32 0, u64 host id. */
+/* The core's card header (comm.c): u16 magic, u16 CPUs, u16 the launcher's
+ * local rank + 1, u16 its local size (0 each: unknown), u64 host id. */
 #define ROOT_CARD_HDR 16
 #define ROOT_CARD_MAGIC 0x4f43u
 
 typedef struct root_member {
     uint64_t host;
-    int local; /* index in the block */
+    int local;         /* index in the block */
+    int lrank, lsize;  /* the launcher's local rank and size (-1, 0: unknown) */
 } root_member_t;
 
 static int member_cmp(const void *a, const void *b)
@@ -341,6 +343,35 @@ static int member_cmp(const void *a, const void *b)
     const root_member_t *x = a, *y = b;
     if (x->host != y->host) return x->host < y->host ? -1 : 1;
     return x->local - y->local;
+}
+
+static int int_cmp(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The members m[i..j) share a host id. They do not share a node when their
+ * launcher says so: two of them have the same local rank, or one's local size
+ * is smaller than the group (a group may be smaller than the launcher's
+ * count: a host split between two roots' blocks). 1 then, with why. */
+static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, char *why, size_t whylen)
+{
+    int n = 0;
+    for (int k = i; k < j; k++) {
+        if (m[k].lsize > 0 && m[k].lsize < j - i) {
+            snprintf(why, whylen, "its launcher gives one of them a host of %d ranks", m[k].lsize);
+            return 1;
+        }
+        if (m[k].lrank >= 0) scratch[n++] = m[k].lrank;
+    }
+    qsort(scratch, (size_t)n, sizeof(int), int_cmp);
+    for (int k = 1; k < n; k++)
+        if (scratch[k] == scratch[k - 1]) {
+            snprintf(why, whylen, "its launcher gives two of them local rank %d", scratch[k]);
+            return 1;
+        }
+    return 0;
 }
 
 /* Node-aware, after a rank died: local k gets the news (and counts as answered). */
@@ -370,8 +401,34 @@ static void answer_groups(root_state_t *st)
     for (int k = 0; k < n; k++) {
         m[k].host = oobx__get_u64(st->info[k] + 8);
         m[k].local = k;
+        m[k].lrank = (int)oobx__get_u16(st->info[k] + 4) - 1;
+        m[k].lsize = oobx__get_u16(st->info[k] + 6);
     }
     qsort(m, (size_t)n, sizeof(*m), member_cmp);
+    /* ranks that share a host id (the host name) but, by their launcher, not a
+     * node (containers with one host name) cannot share memory: each is a
+     * host of its own */
+    int nsplit = 0, split_first = -1;
+    char split_why[96] = "", why[96];
+    for (int k = 0; k < n;) {
+        int j = k;
+        while (j < n && m[j].host == m[k].host) j++;
+        if (j - k > 1 && launcher_splits(m, k, j, group_of, why, sizeof(why))) {
+            if (!nsplit) {
+                split_first = first + m[k].local;
+                snprintf(split_why, sizeof(split_why), "%s", why);
+            }
+            nsplit++;
+            for (int q = k; q < j; q++) m[q].host = oobx__hash64(&m[q].host, sizeof(m[q].host), 0x73706c74ull + (uint64_t)m[q].local);
+        }
+        k = j;
+    }
+    if (nsplit) {
+        qsort(m, (size_t)n, sizeof(*m), member_cmp);
+        OOBX_WARN(&st->log, "root %s: ranks that share a host id are on different nodes by their launcher (rank %d's "
+                  "host id: %s; %d host id%s like it): they will not share memory; set OOBX_HOST_ID to a name "
+                  "per node", st->name, split_first, split_why, nsplit, nsplit > 1 ? "s" : "");
+    }
     int nleaders = 0;
     for (int k = 0; k < n;) {
         int j = k;

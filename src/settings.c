@@ -138,6 +138,7 @@ int oobx__settings_parse(const oobx_setting_desc_t *table, void *base, const oob
 int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
 {
     memset(s, 0, sizeof(*s));
+    s->local_rank = s->local_size = -1;
     int rc = oobx__settings_parse(oobx__settings_table, s, NULL);
     if (rc != 0) return rc;
     if (cfg) {

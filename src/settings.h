@@ -37,6 +37,11 @@ typedef struct oobx_settings {
     int log_level;             /* OOBX_LOG_LEVEL */
     char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */
     char failure[16];          /* OOBX_FAILURE: job (a failure fails every call of the communicator), local */
+    /* Not variables of the table: what the launcher says of this rank's host
+     * (oobx_comm_init_from_env), -1 each when unknown; local_vars names the
+     * variables that gave them. */
+    int local_rank, local_size;
+    char local_vars[64];
 } oobx_settings_t;
 
 enum { OOBX_SET_STR, OOBX_SET_INT, OOBX_SET_SIZE, OOBX_SET_LEVEL, OOBX_SET_FAMILY, OOBX_SET_BOOL };

@@ -503,6 +503,14 @@ static void child_exec(leaf_t *L, int local, int out_w, int err_w)
     if (setenv("OOBX_RUN_KEY", job->run_key, 1) != 0) child_fail(rank, "setenv", errno);
     if (job->opt.transport && setenv("OOBX_TRANSPORT", job->opt.transport, 1) != 0)
         child_fail(rank, "setenv", errno);
+    /* this rank's place among its host's ranks (the hosts hold contiguous blocks) */
+    int hb = job->opt.hosts ? block_of(rank, job->opt.nranks, job->nhosts) : 0;
+    int hfirst = job->opt.hosts ? block_first(hb, job->opt.nranks, job->nhosts) : 0;
+    int hnext = job->opt.hosts ? block_first(hb + 1, job->opt.nranks, job->nhosts) : job->opt.nranks;
+    snprintf(num, sizeof num, "%d", rank - hfirst);
+    if (setenv("OOBX_LOCAL_RANK", num, 1) != 0) child_fail(rank, "setenv", errno);
+    snprintf(num, sizeof num, "%d", hnext - hfirst);
+    if (setenv("OOBX_LOCAL_SIZE", num, 1) != 0) child_fail(rank, "setenv", errno);
     if (job->opt.hosts) {
         if (setenv("OOBX_SOCKET_IFNAME", RUN_HOST_IF, 1) != 0) child_fail(rank, "setenv", errno);
         /* the namespaces share the machine's /dev/shm and host name: the host id

@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "oobx_debug.h"
 
 #define OOBX_MAX(a, b) ((a) > (b) ? (a) : (b))
 
@@ -223,6 +224,45 @@ static int rank_allgather(harness_rank_t *r)
     }
     /* NULL buffer with 0 bytes is legal */
     H_OK(r, oobx_allgather(c, NULL, 0));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* The launcher's local pair feeds the node-aware bootstrap (env path,
+ * OOBX_NODE_AWARE_MIN=2). p.count: 0 the launcher puts all ranks on this
+ * host, they share one table; 1 it says two nodes of n/2 ranks under this one
+ * host name (local rank = rank % (n/2)): the root makes each rank a host of
+ * its own, and the job still works; 2 the same, but OOBX_HOST_ID names the
+ * host: the explicit id wins and all share one table; 3 as 0 with three
+ * roots: each root's block of the host has a table of its own, and a block
+ * smaller than the launcher's count is no reason to split it. */
+static int rank_launcher_local(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    int n = r->nranks, half = n / 2;
+    char v[32];
+    int one = p->count == 0 || p->count == 3;
+    snprintf(v, sizeof v, "%d", one ? r->rank : r->rank % half);
+    setenv("OOBX_LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", one ? n : half);
+    setenv("OOBX_LOCAL_SIZE", v, 1);
+    if (p->count == 2) setenv("OOBX_HOST_ID", "one-host", 1);
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    oobx_init_timings_t t = OOBX_INIT_TIMINGS_INIT;
+    H_OK(r, oobx_comm_get_init_timings(c, &t));
+    H_CHECK(r, t.local > 0, "init was not node-aware (local part %.6f s)", t.local);
+    int want = p->count == 1 ? 1 : n;
+    if (p->count == 3) {
+        int b = 0;
+        while (b + 1 < r->nroots && harness_block_first(b + 1, n, r->nroots) <= r->rank) b++;
+        want = harness_block_first(b + 1, n, r->nroots) - harness_block_first(b, n, r->nroots);
+    }
+    H_EQ(r, t.local_ranks, want, "ranks sharing this rank's host table");
+    /* the cards still name one host id (and count it as one host) */
+    H_EQ(r, t.hosts, 1, "hosts of the communicator");
+    check_allgather(r, c, 100, 9, "launcher local");
+    check_allgather(r, c, 70000, 10, "launcher local");
+    check_ring_p2p(r, c, 33, 7, "launcher local");
     H_OK(r, oobx_comm_destroy(c));
     return 0;
 }
@@ -1122,6 +1162,16 @@ static void build_cases(conf_suite_t *s)
             c = add_case(s, name, rank_api, n, roots);
             c->job.from_env = 1;
         }
+    }
+    /* the launcher's host pair in the node-aware bootstrap */
+    static const char *const local_names[] = {"launcher_local_one_host_n8", "launcher_local_two_nodes_one_name_n8",
+                                              "launcher_local_host_id_wins_n8",
+                                              "launcher_local_one_host_roots3_n8"};
+    for (int k = 0; k < 4; k++) {
+        c = add_case(s, local_names[k], rank_launcher_local, 8, k == 3 ? 3 : 1);
+        c->job.from_env = 1;
+        c->p.count = k;
+        c->env[0] = "OOBX_NODE_AWARE_MIN=2";
     }
     /* ranks that start up to a second apart */
     c = add_case(s, "staggered_start_n16_roots3", rank_api, sc ? 16 : 8, 3);

@@ -433,6 +433,15 @@ static void test_detect_nesting(void **state)
     assert_string_equal(l.roots, "127.0.0.1:4000");
     assert_string_equal(l.job_id, "oobx-run:abc");
     assert_contains(l.vars, "passed over: torchrun, Slurm");
+    assert_int_equal(l.local_rank, -1);
+    /* oobx-run's host pair, named for the log and the node-aware bootstrap */
+    const char *run_local[] = {"OOBX_RANK=5", "OOBX_NRANKS=8", "OOBX_LOCAL_RANK=1", "OOBX_LOCAL_SIZE=4", NULL};
+    assert_int_equal(detect(run_local, "auto", "127.0.0.1:4000", &l, why, sizeof(why)), 0);
+    assert_int_equal(l.local_rank, 1);
+    assert_int_equal(l.local_size, 4);
+    assert_string_equal(l.local_vars, "OOBX_LOCAL_RANK/OOBX_LOCAL_SIZE");
+    assert_int_equal(detect(torch, "auto", NULL, &l, why, sizeof(why)), 0);
+    assert_string_equal(l.local_vars, "LOCAL_RANK/LOCAL_WORLD_SIZE");
     /* plain environment: no identity */
     const char *plain[] = {"OOBX_RANK=0", "OOBX_NRANKS=2", NULL};
     assert_int_equal(detect(plain, "", "h1:5000,h2:5000", &l, why, sizeof(why)), 0);
@@ -479,6 +488,12 @@ static void test_detect_conflicts(void **state)
     expect_refused(half, "auto", "h:1", "OOBX_RANK is set but OOBX_NRANKS is unset", NULL);
     const char *half_local[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=h", "MASTER_PORT=5", NULL};
     expect_refused(half_local, "auto", NULL, "LOCAL_RANK is set but LOCAL_WORLD_SIZE is unset", NULL);
+    const char *big_local[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=h",
+                               "MASTER_PORT=5", NULL};
+    expect_refused(big_local, "auto", NULL, "LOCAL_RANK/LOCAL_WORLD_SIZE says 3 ranks on this host, but the job has 2",
+                   NULL);
+    const char *bad_local[] = {"OOBX_RANK=0", "OOBX_NRANKS=2", "OOBX_LOCAL_RANK=2", "OOBX_LOCAL_SIZE=2", NULL};
+    expect_refused(bad_local, "auto", "h:1", "OOBX_LOCAL_RANK=2 of OOBX_LOCAL_SIZE=2 is out of range", NULL);
     const char *nan[] = {"RANK=x", "WORLD_SIZE=4", "MASTER_ADDR=h", "MASTER_PORT=5", NULL};
     expect_refused(nan, "auto", NULL, "RANK=x is not a number", NULL);
     const char *range[] = {"OOBX_RANK=4", "OOBX_NRANKS=4", NULL};
