@@ -125,7 +125,9 @@ static int present(const env_t *e, oobx_launcher_t which)
         return env_str(e, "WORLD_SIZE") ||
                (env_str(e, "RANK") && (env_str(e, "MASTER_ADDR") || env_str(e, "TORCHELASTIC_RUN_ID")));
     case OOBX_LAUNCH_OMPI: return env_str(e, "OMPI_COMM_WORLD_RANK") || env_str(e, "OMPI_COMM_WORLD_SIZE");
-    case OOBX_LAUNCH_HYDRA: return env_str(e, "PMI_RANK") || env_str(e, "PMI_SIZE");
+    case OOBX_LAUNCH_HYDRA:
+        /* mpiexec -pmi-port: PMI_PORT and PMI_ID; rank and size come from the server */
+        return env_str(e, "PMI_RANK") || env_str(e, "PMI_SIZE") || (env_str(e, "PMI_PORT") && env_str(e, "PMI_ID"));
     case OOBX_LAUNCH_PMIX: return env_str(e, "PMIX_RANK") || env_str(e, "PMIX_NAMESPACE");
     case OOBX_LAUNCH_SLURM: return env_str(e, "SLURM_PROCID") && slurm_step(e);
     default: return 0;
@@ -226,10 +228,22 @@ static int detect_one(const env_t *e, oobx_launcher_t which, const char *comm_id
         l->rdv = OOBX_RDV_PMIX;
         oobx__appendf(l->vars, sizeof(l->vars), ", roots through PMIx (PMIX_NAMESPACE=%s)", v);
         return 0;
-    case OOBX_LAUNCH_HYDRA:
-        if (env_pair(e, "PMI_RANK", "PMI_SIZE", "MPICH hydra", &l->rank, &l->nranks)) return -1;
+    case OOBX_LAUNCH_HYDRA: {
+        int port_model = !env_str(e, "PMI_RANK") && !env_str(e, "PMI_SIZE");
+        if (port_model) {
+            /* PMI_PORT and PMI_ID: the PMI server says rank and size */
+            l->rank = l->nranks = -1;
+            if (comm_id && *comm_id) {
+                snprintf(e->why, e->whylen, "MPICH hydra (PMI_PORT model): rank and size come from the PMI server, "
+                         "which OOBX_COMM_ID replaces; unset OOBX_COMM_ID, or run mpiexec without -pmi-port");
+                return -1;
+            }
+        } else if (env_pair(e, "PMI_RANK", "PMI_SIZE", "MPICH hydra", &l->rank, &l->nranks)) {
+            return -1;
+        }
         if (env_local(e, "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "MPICH hydra", l)) return -1;
-        snprintf(l->vars, sizeof(l->vars), "rank from PMI_RANK, size from PMI_SIZE%s",
+        snprintf(l->vars, sizeof(l->vars), "%s%s",
+                 port_model ? "rank and size from the PMI server (PMI_ID)" : "rank from PMI_RANK, size from PMI_SIZE",
                  l->local_rank >= 0 ? ", local rank from MPI_LOCALRANKID/MPI_LOCALNRANKS" : "");
         snprintf(l->job_id, sizeof(l->job_id), "hydra:");
         if (roots_from_addrs(e, comm_id, l, 0) == 0) return 0;
@@ -253,6 +267,7 @@ static int detect_one(const env_t *e, oobx_launcher_t which, const char *comm_id
         }
         l->rdv = OOBX_RDV_PMI1;
         return 0;
+    }
     case OOBX_LAUNCH_PMIX: {
         v = env_str(e, "PMIX_NAMESPACE");
         int r = env_num(e, "PMIX_RANK", &x);
@@ -821,6 +836,8 @@ static int kvs_exchange(oobx_launch_t *l, const oobx_settings_t *s, const oobx_l
     int rank = -1, size = -1, lr = -1, lsz = -1, tmo = s->timeout_ms;
     char job[256] = "";
     rc = ops->open(l, tmo, &k, &rank, &size, &lr, &lsz, job, sizeof(job), why, sizeof(why));
+    if (rc != 0 && l->rank < 0 && getenv("PMI_ID")) /* the PMI_PORT model: no rank before the server's */
+        return oobx__fail(NULL, rc, "%s (PMI_ID=%s): %s", l->name, getenv("PMI_ID"), why);
     if (rc != 0) return oobx__fail(NULL, rc, "%s (rank %d): %s", l->name, l->rank, why);
     if ((l->rank >= 0 && rank != l->rank) || (l->nranks > 0 && size != l->nranks)) {
         ops->close(k);

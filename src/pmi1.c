@@ -217,7 +217,7 @@ static int pmi1_open(const oobx_launch_t *l, int timeout_ms, oobx_kvs_t **out, i
     }
     k->fd = -1;
     char line[1024];
-    int rc = 0;
+    int rc = 0, port_rank = -1, port_size = -1;
     k->timeout_ms = timeout_ms;
     if (l->pmi_fd >= 0) {
         if (fcntl(l->pmi_fd, F_GETFD) < 0) {
@@ -232,6 +232,15 @@ static int pmi1_open(const oobx_launch_t *l, int timeout_ms, oobx_kvs_t **out, i
             goto fail;
         }
         k->fd = l->pmi_fd;
+    } else if (l->kvs_seq > 0) {
+        /* hydra's mpiexec fails (and ends the job) when one PMI_ID connects
+         * again after its finalize: refused here instead */
+        snprintf(why, whylen, "PMI-1: hydra serves one PMI connection per process at PMI_PORT=%s, and this process's "
+                 "was used by an earlier oobx_comm_init_from_env (this is its call %u); make more communicators with "
+                 "oobx_comm_split, or with oobx_get_unique_id + oobx_comm_init and the ids sent over the first one",
+                 l->pmi_addr, l->kvs_seq + 1);
+        rc = OOBX_ERR_UNAVAILABLE;
+        goto fail;
     } else {
         oobx_sockaddr_t a;
         rc = oobx__sock_addr_parse(l->pmi_addr, AF_UNSPEC, &a, why, whylen);
@@ -249,9 +258,25 @@ static int pmi1_open(const oobx_launch_t *l, int timeout_ms, oobx_kvs_t **out, i
         char req[128];
         snprintf(req, sizeof(req), "cmd=initack pmiid=%s\n", id ? id : "");
         rc = pmi_call(k, req, "initack", line, sizeof(line), timeout_ms, why, whylen);
-        /* the server then sets size, rank and debug */
+        /* the server then sets size, rank and debug: in this model they are
+         * not in the environment (PMI_ID only) */
         uint64_t deadline = oobx__deadline(timeout_ms);
-        for (int i = 0; rc == 0 && i < 3; i++) rc = pmi_recv(k, "initack", line, sizeof(line), deadline, why, whylen);
+        for (int i = 0; rc == 0 && i < 3; i++) {
+            rc = pmi_recv(k, "initack", line, sizeof(line), deadline, why, whylen);
+            char cmd[16];
+            if (rc == 0 && (oobx__pmi1_field(line, "cmd", cmd, sizeof(cmd)) != 0 || strcmp(cmd, "set"))) {
+                snprintf(why, whylen, "PMI-1: after initack the server sent \"%s\", expected cmd=set", line);
+                rc = OOBX_ERR_PROTOCOL;
+            }
+            if (rc == 0) {
+                pmi_int(line, "size", &port_size);
+                pmi_int(line, "rank", &port_rank);
+            }
+        }
+        if (rc == 0 && (port_size < 1 || port_rank < 0 || port_rank >= port_size)) {
+            snprintf(why, whylen, "PMI-1: the PMI_PORT server set rank %d of %d", port_rank, port_size);
+            rc = OOBX_ERR_PROTOCOL;
+        }
     }
     if (rc == 0) {
         rc = pmi_call(k, "cmd=init pmi_version=1 pmi_subversion=1\n", "response_to_init", line, sizeof(line),
@@ -274,8 +299,15 @@ static int pmi1_open(const oobx_launch_t *l, int timeout_ms, oobx_kvs_t **out, i
         rc = OOBX_ERR_PROTOCOL;
     }
     if (rc != 0) goto fail;
-    *rank = l->rank;
-    *size = l->nranks;
+    /* the PMI_PORT model's rank and size, where the environment has none */
+    *rank = l->rank >= 0 ? l->rank : port_rank;
+    *size = l->nranks > 0 ? l->nranks : port_size;
+    if (l->rank >= 0 && port_size > 0 && (port_rank != l->rank || port_size != l->nranks)) {
+        snprintf(why, whylen, "PMI-1: PMI_RANK=%d/PMI_SIZE=%d, but the PMI_PORT server set rank %d of %d", l->rank,
+                 l->nranks, port_rank, port_size);
+        rc = OOBX_ERR_INVALID;
+        goto fail;
+    }
     *local_rank = l->local_rank;
     *local_size = l->local_size;
     snprintf(job, joblen, "%s", k->kvsname);

@@ -360,7 +360,7 @@ static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, c
     int n = 0;
     for (int k = i; k < j; k++) {
         if (m[k].lsize > 0 && m[k].lsize < j - i) {
-            snprintf(why, whylen, "its launcher gives one of them a host of %d ranks", m[k].lsize);
+            snprintf(why, whylen, "one's launcher counts %d ranks on its host", m[k].lsize);
             return 1;
         }
         if (m[k].lrank >= 0) scratch[n++] = m[k].lrank;
@@ -368,7 +368,7 @@ static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, c
     qsort(scratch, (size_t)n, sizeof(int), int_cmp);
     for (int k = 1; k < n; k++)
         if (scratch[k] == scratch[k - 1]) {
-            snprintf(why, whylen, "its launcher gives two of them local rank %d", scratch[k]);
+            snprintf(why, whylen, "two have launcher local rank %d", scratch[k]);
             return 1;
         }
     return 0;
@@ -408,7 +408,7 @@ static void answer_groups(root_state_t *st)
     /* ranks that share a host id (the host name) but, by their launcher, not a
      * node (containers with one host name) cannot share memory: each is a
      * host of its own */
-    int nsplit = 0, split_first = -1;
+    int nsplit = 0, split_first = -1, split_n = 0;
     char split_why[96] = "", why[96];
     for (int k = 0; k < n;) {
         int j = k;
@@ -416,6 +416,7 @@ static void answer_groups(root_state_t *st)
         if (j - k > 1 && launcher_splits(m, k, j, group_of, why, sizeof(why))) {
             if (!nsplit) {
                 split_first = first + m[k].local;
+                split_n = j - k;
                 snprintf(split_why, sizeof(split_why), "%s", why);
             }
             nsplit++;
@@ -425,9 +426,9 @@ static void answer_groups(root_state_t *st)
     }
     if (nsplit) {
         qsort(m, (size_t)n, sizeof(*m), member_cmp);
-        OOBX_WARN(&st->log, "root %s: ranks that share a host id are on different nodes by their launcher (rank %d's "
-                  "host id: %s; %d host id%s like it): they will not share memory; set OOBX_HOST_ID to a name "
-                  "per node", st->name, split_first, split_why, nsplit, nsplit > 1 ? "s" : "");
+        OOBX_WARN(&st->log, "root %s: %d ranks with rank %d share a host id, but their launcher puts them on "
+                  "different nodes (%s)%s: they will not share memory; set OOBX_HOST_ID to a name per node", st->name,
+                  split_n, split_first, split_why, nsplit > 1 ? "; so do other ranks" : "");
     }
     int nleaders = 0;
     for (int k = 0; k < n;) {

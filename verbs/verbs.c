@@ -438,6 +438,19 @@ static void verbs_on_ring_chunk(verbs_tp_t *tp, int peer, uint32_t imm)
     }
 }
 
+
+/* The successor's ring buffer: sends to it write into it from now on. */
+static void verbs_tx_setup(verbs_tp_t *tp, int peer, const verbs_setup_t *su)
+{
+    char who[128];
+    tp->tx_raddr = su->addr;
+    tp->tx_rkey = su->rkey;
+    oobx__ringbuf_tx_init(&tp->trb, su->slots, su->slot_bytes);
+    tp->tx_active = 1;
+    OOBX_INFO(tp->log, "verbs: ring link to %s: RDMA WRITE WITH IMMEDIATE into its ring of %u slots of %u bytes",
+              verbs_who(tp, peer, who, sizeof(who)), su->slots, su->slot_bytes);
+}
+
 static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned char *buf, uint32_t len)
 {
     int peer = c->peer;
@@ -548,16 +561,17 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
     case VERBS_T_CREDIT:
         return;
     case VERBS_T_SETUP:
+        if (tp->tx_peer < 0 && tp->tx_early_peer < 0) {
+            /* before this rank knows its successor: kept until verbs_ring names it */
+            tp->tx_early_peer = peer;
+            tp->tx_early = m.setup;
+            return;
+        }
         if (peer != tp->tx_peer || tp->tx_active) {
             verbs_protocol_error(tp, peer, "unexpected ring setup");
             return;
         }
-        tp->tx_raddr = m.setup.addr;
-        tp->tx_rkey = m.setup.rkey;
-        oobx__ringbuf_tx_init(&tp->trb, m.setup.slots, m.setup.slot_bytes);
-        tp->tx_active = 1;
-        OOBX_INFO(tp->log, "verbs: ring link to %s: RDMA WRITE WITH IMMEDIATE into its ring of %u slots of %u bytes",
-                  verbs_who(tp, peer, who, sizeof(who)), m.setup.slots, m.setup.slot_bytes);
+        verbs_tx_setup(tp, peer, &m.setup);
         return;
     case VERBS_T_RCREDIT:
         if (peer != tp->tx_peer || !tp->tx_active) {
@@ -706,6 +720,7 @@ static void verbs_peer_drop(verbs_tp_t *tp, int peer)
         tp->tx_active = 0;
         tp->trb.in_msg = 0;
     }
+    if (tp->tx_early_peer == peer) tp->tx_early_peer = -1;
 }
 
 static oobx__peer_fail_t *verbs_fail_of(void *base, int peer)
@@ -870,6 +885,15 @@ static int verbs_ring(oobx_tp_t *base, int prev, int next)
     char why[256], who[128];
     tp->rx_peer = prev >= 0 && prev < tp->nranks && prev != tp->rank ? prev : -1;
     tp->tx_peer = next >= 0 && next < tp->nranks && next != tp->rank ? next : -1;
+    if (tp->tx_early_peer >= 0 && tp->tx_peer >= 0) {
+        int early = tp->tx_early_peer;
+        tp->tx_early_peer = -1;
+        if (early != tp->tx_peer) {
+            verbs_protocol_error(tp, early, "ring setup from a rank that is not this rank's successor");
+        } else if (!tp->tx_active) {
+            verbs_tx_setup(tp, early, &tp->tx_early);
+        }
+    }
     if (tp->rx_peer >= 0 && !tp->rx_base) {
         const oobx_settings_t *s = tp->settings;
         uint32_t slots = (uint32_t)s->ring_slots, slot_bytes = (uint32_t)s->ring_slot_bytes;
@@ -978,6 +1002,7 @@ static int verbs_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->log = p->log;
     tp->sink = p->sink;
     tp->rx_peer = tp->tx_peer = -1;
+    tp->tx_early_peer = -1;
     tp->peers = calloc((size_t)p->nranks, sizeof(*tp->peers));
     tp->dirty = calloc((size_t)p->nranks, sizeof(*tp->dirty));
     if (!tp->peers || !tp->dirty) {

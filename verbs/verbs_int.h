@@ -162,6 +162,10 @@ struct verbs_tp {
     uint64_t tx_raddr;
     uint32_t tx_rkey;
     ringbuf_tx_t trb;
+    /* a successor's ring buffer that came before this rank knew its
+     * successor (node-aware init: a leader's successor may finish first) */
+    int tx_early_peer; /* -1: none */
+    verbs_setup_t tx_early;
 };
 
 static inline uint64_t verbs_wrid(const verbs_conn_t *c, int kind, uint32_t idx)

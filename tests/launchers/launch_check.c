@@ -6,6 +6,10 @@
  * point-to-point messages, barriers and a split by parity; each result is
  * checked. Prints "launch-check: rank R of N ok" or names what failed.
  *
+ * LAUNCH_CHECK_NETNS=K: the ranks must span K network namespaces (emulated
+ * nodes); LAUNCH_CHECK_LOCAL=L: L ranks must share this rank's host table of
+ * the node-aware bootstrap.
+ *
  * With LAUNCH_CHECK_SECOND set, a second oobx_comm_init_from_env is tried
  * while the first communicator lives, and its outcome printed.
  * "launch-check hold PORT" takes TCP port PORT on every address and holds it
@@ -16,14 +20,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "oobx.h"
+#include "oobx_debug.h"
 
 typedef struct card {
     int rank, nranks;
     int pid;
     char host[64];
+    unsigned long long netns; /* inode of the rank's network namespace */
 } card_t;
 
 static int fail(int rank, const char *what, int rc)
@@ -87,7 +94,30 @@ int main(int argc, char **argv)
     cards[rank].nranks = n;
     cards[rank].pid = (int)getpid();
     gethostname(cards[rank].host, sizeof(cards[rank].host) - 1);
+    struct stat ns;
+    if (stat("/proc/self/ns/net", &ns) == 0) cards[rank].netns = (unsigned long long)ns.st_ino;
     if ((rc = oobx_allgather(comm, cards, sizeof(*cards)))) return fail(rank, "allgather", rc);
+    const char *want_ns = getenv("LAUNCH_CHECK_NETNS");
+    if (want_ns) {
+        int distinct = 0;
+        for (int r = 0; r < n; r++) {
+            int seen = 0;
+            for (int q = 0; q < r && !seen; q++) seen = cards[q].netns == cards[r].netns;
+            distinct += !seen;
+        }
+        if (distinct != atoi(want_ns)) {
+            printf("launch-check: rank %d FAILED: the ranks span %d network namespaces, want %s\n", rank, distinct,
+                   want_ns);
+            return 1;
+        }
+    }
+    const char *want_local = getenv("LAUNCH_CHECK_LOCAL");
+    oobx_init_timings_t t = OOBX_INIT_TIMINGS_INIT;
+    if (want_local && (oobx_comm_get_init_timings(comm, &t) != 0 || t.local_ranks != atoi(want_local))) {
+        printf("launch-check: rank %d FAILED: %d ranks share its host table, want %s\n", rank, t.local_ranks,
+               want_local);
+        return 1;
+    }
     for (int r = 0; r < n; r++)
         if (cards[r].rank != r || cards[r].nranks != n || cards[r].pid == 0) {
             printf("launch-check: rank %d FAILED: card %d says rank %d of %d, pid %d\n", rank, r, cards[r].rank,

@@ -25,6 +25,13 @@ n_pass=0
 n_fail=0
 n_skip=0
 
+nodes_down() {
+    local ns
+    for ns in "${netns[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    netns=()
+}
+netns=()
+
 stop_daemons() {
     local i
     for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
@@ -32,7 +39,7 @@ stop_daemons() {
     done
     pids=()
 }
-trap 'stop_daemons; rm -rf "$work"' EXIT
+trap 'stop_daemons; nodes_down; rm -rf "$work"' EXIT
 
 # ---- a single-node Slurm -------------------------------------------------------
 host=$(hostname -s)
@@ -137,6 +144,9 @@ job "mpirun -np 8" 8 mpirun.openmpi --oversubscribe -np 8 "$check"
 demo_job "mpirun -np 8" mpirun.openmpi --oversubscribe -np 8 "$demo"
 job "mpiexec.hydra -n 8" 8 mpiexec.hydra -n 8 "$check"
 demo_job "mpiexec.hydra -n 8" mpiexec.hydra -n 8 "$demo"
+# hydra's PMI_PORT model: no PMI_FD, PMI_RANK or PMI_SIZE; the ranks connect
+# to the proxy's port and learn rank and size from it
+job "mpiexec.hydra -pmi-port -n 8" 8 mpiexec.hydra -pmi-port -n 8 "$check"
 job "srun -n 8" 8 srun -n 8 "$check"
 demo_job "srun -n 8" srun -n 8 "$demo"
 if srun --mpi=list 2>&1 | grep -q pmix; then
@@ -212,6 +222,66 @@ second "mpirun -np 4, a second communicator" 4 "ok" mpirun.openmpi --oversubscri
 second "mpiexec.hydra -n 4, a second communicator" 4 \
     "refused: MPICH hydra \(rank [0-9]+\): PMI-1: the PMI server has closed PMI_FD=[0-9]+: hydra ends" \
     mpiexec.hydra -n 4 "$check"
+
+second "mpiexec.hydra -pmi-port -n 4, a second communicator" 4 \
+    "refused: MPICH hydra \(PMI_ID=[0-9]+\): PMI-1: hydra serves one PMI connection per process" \
+    mpiexec.hydra -pmi-port -n 4 "$check"
+
+# ---- two emulated nodes ---------------------------------------------------------
+# Network namespaces on a bridge (a namespace of its own): mpiexec runs in
+# one, and reaches each "node" through a stand-in for ssh that enters its
+# namespace. The nodes share this machine's host name and /dev/shm, like
+# containers cloned from one image; every rank checks that the job spans two
+# network namespaces.
+nodes_up() {
+    local i=1 ns br="oobxl-br$$"
+    ip netns add "$br" && netns+=("$br") || return 1
+    ip -n "$br" link add br0 type bridge && ip -n "$br" link set br0 up || return 1
+    for ns in "oobxl-launch$$" "oobxl-a$$" "oobxl-b$$"; do
+        ip netns add "$ns" && netns+=("$ns") || return 1
+        ip -n "$br" link add "v$i" type veth peer name eth0 netns "$ns" &&
+            ip -n "$br" link set "v$i" master br0 up &&
+            ip -n "$ns" addr add "10.79.0.$i/24" dev eth0 &&
+            ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || return 1
+        i=$((i + 1))
+    done
+}
+cat > "$work/netns-ssh" <<'B'
+#!/bin/bash
+# ssh for hydra: [options] HOST COMMAND... runs COMMAND in network namespace
+# HOST; with NETNS_SSH_HOST_ID set, the node's ranks get OOBX_HOST_ID=HOST
+while [ $# -gt 0 ]; do
+    case $1 in
+        -[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
+        -*) shift ;;
+        *) break ;;
+    esac
+done
+host=$1
+shift
+[ -n "${NETNS_SSH_HOST_ID:-}" ] && export OOBX_HOST_ID=$host
+exec ip netns exec "$host" /bin/sh -c "$*"
+B
+chmod +x "$work/netns-ssh"
+if ! command -v ip >/dev/null || ! nodes_up 2>"$work/netns.err"; then
+    echo "SKIP two emulated nodes: cannot make network namespaces ($(head -1 "$work/netns.err" 2>/dev/null))"
+    n_skip=$((n_skip + 1))
+    nodes_down
+else
+    two_nodes=(ip netns exec "oobxl-launch$$" mpiexec.hydra -iface eth0 -launcher ssh -launcher-exec "$work/netns-ssh"
+        -hosts "oobxl-a$$:4,oobxl-b$$:4" -n 8)
+    LAUNCH_CHECK_NETNS=2 job "mpiexec.hydra -hosts a:4,b:4 -n 8 (two emulated nodes)" 8 "${two_nodes[@]}" "$check"
+    LAUNCH_CHECK_NETNS=2 job "mpiexec.hydra -pmi-port -hosts a:4,b:4 -n 8 (two emulated nodes)" 8 \
+        "${two_nodes[@]}" -pmi-port "$check"
+    # the node-aware bootstrap (forced below its usual 128 ranks): one host
+    # name, but MPI_LOCALRANKID says two nodes, so no rank shares a table
+    # (and the root warns); with OOBX_HOST_ID per node, 4 ranks share each
+    OOBX_NODE_AWARE_MIN=2 LAUNCH_CHECK_NETNS=2 LAUNCH_CHECK_LOCAL=1 \
+        job "two emulated nodes, one host name, node-aware: no shared table" 8 "${two_nodes[@]}" "$check"
+    OOBX_NODE_AWARE_MIN=2 NETNS_SSH_HOST_ID=1 LAUNCH_CHECK_NETNS=2 LAUNCH_CHECK_LOCAL=4 \
+        job "two emulated nodes, OOBX_HOST_ID per node, node-aware: 4 ranks per table" 8 "${two_nodes[@]}" "$check"
+    nodes_down
+fi
 
 # the Slurm port taken: OOBX_SLURM_PORT_RANGE of one port, which another process holds
 hold=$((40000 + $$ % 5000))

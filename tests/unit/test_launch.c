@@ -363,6 +363,9 @@ static void test_detect_slurm(void **state)
     assert_contains(why, "SLURM_STEP_NODELIST (unset)");
 }
 
+static void expect_refused(const char *const *env, const char *force, const char *comm_id, const char *want1,
+                           const char *want2);
+
 static void test_detect_nesting(void **state)
 {
     (void)state;
@@ -442,6 +445,21 @@ static void test_detect_nesting(void **state)
     assert_string_equal(l.local_vars, "OOBX_LOCAL_RANK/OOBX_LOCAL_SIZE");
     assert_int_equal(detect(torch, "auto", NULL, &l, why, sizeof(why)), 0);
     assert_string_equal(l.local_vars, "LOCAL_RANK/LOCAL_WORLD_SIZE");
+    /* mpiexec -pmi-port: PMI_PORT and PMI_ID only; rank and size from the server */
+    const char *port_model[] = {"PMI_PORT=vm:4321", "PMI_ID=3", "MPI_LOCALRANKID=3", "MPI_LOCALNRANKS=4", NULL};
+    assert_int_equal(detect(port_model, "auto", NULL, &l, why, sizeof(why)), 0);
+    assert_int_equal(l.launcher, OOBX_LAUNCH_HYDRA);
+    assert_int_equal(l.rdv, OOBX_RDV_PMI1);
+    assert_int_equal(l.rank, -1);
+    assert_int_equal(l.nranks, -1);
+    assert_int_equal(l.pmi_fd, -1);
+    assert_string_equal(l.pmi_addr, "vm:4321");
+    assert_int_equal(l.local_rank, 3);
+    assert_contains(l.vars, "rank and size from the PMI server (PMI_ID)");
+    expect_refused(port_model, "auto", "127.0.0.1:5000", "PMI_PORT model", "OOBX_COMM_ID");
+    /* PMI_PORT alone (no PMI_ID) is no launcher */
+    const char *port_only[] = {"PMI_PORT=vm:4321", NULL};
+    expect_refused(port_only, "auto", NULL, "no launcher in the environment", NULL);
     /* plain environment: no identity */
     const char *plain[] = {"OOBX_RANK=0", "OOBX_NRANKS=2", NULL};
     assert_int_equal(detect(plain, "", "h1:5000,h2:5000", &l, why, sizeof(why)), 0);
