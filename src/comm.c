@@ -308,8 +308,13 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     if (nranks > 1) rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, next_blob, next_len);
     /* the successor's link now, so that a dead or unreachable one shows up during init */
     if (rc == 0 && nranks > 1) rc = oobx__ep_ring(c->v.ep, -1, next);
-    /* a death in the card allgather goes round the ring's links to every rank */
+    /* a death in the card allgather goes round the ring's links to every rank;
+     * the predecessor's link counts before its first data comes (it connects
+     * to this rank: a notice waits in the transport for that link), so that
+     * a rank that gives up here tells its predecessor why before its own
+     * exit reads there as its death */
     if (rc == 0) c->v.ep->spreads = 1;
+    if (rc == 0 && nranks > 1) c->v.ep->talked[(rank - 1 + nranks) % nranks] = 1;
     uint64_t t_ring = oobx__now_ns();
     c->timings.ring = (t_ring - t_root) / 1e9;
     /* every rank's card (host and CPUs, then the transport address), over the ring */
@@ -835,6 +840,9 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     return rc;
 }
 
+/* How long a rank whose init failed on another rank's death stays reachable. */
+#define INIT_LINGER_MS 200
+
 int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, const root_handle_t *roots,
                             const oobx_settings_t *s, const oobx_config_t *cfg, uint64_t hosted_magic)
 {
@@ -909,6 +917,13 @@ fail:
         int saved = rc;
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", oobx_last_error());
+        /* another rank died: stay reachable a moment for the ranks that have
+         * not connected to this one yet (at most a tenth of the budget) */
+        if (c->v.ep && c->v.ep->tp && atomic_load(&c->v.ep->fail_rank) >= 0 &&
+            atomic_load(&c->v.ep->fail_rank) != rank) {
+            int ms = s->timeout_ms < 0 ? INIT_LINGER_MS : OOBX_MIN(INIT_LINGER_MS, s->timeout_ms / 10);
+            oobx__ep_linger(c->v.ep, oobx__ms_left(cancel.deadline_ns, ms));
+        }
         comm_release_ep(c);
         comm_free(c);
         oobx__set_last_error("%s", msg);

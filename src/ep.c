@@ -1311,6 +1311,29 @@ static int cancel_check(const oobx__ep_view_t *v)
     return oobx__ep_view_status(v);
 }
 
+void oobx__ep_linger(oobx_ep_t *ep, int ms)
+{
+    if (!ep || !ep->tp || ms <= 0) return;
+    pthread_mutex_lock(&ep->lock);
+    uint64_t until = oobx__deadline(ms);
+    while (oobx__now_ns() < until) {
+        struct pollfd fds[16];
+        int nfds = 0, wms = oobx__ms_left(until, 10);
+        int busy = ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &wms);
+        if (!busy) {
+            fds[0].fd = ep->wake_fd;
+            fds[0].events = POLLIN;
+            fds[0].revents = 0;
+            pthread_mutex_unlock(&ep->lock);
+            ep->ops->sleep(ep->tp, fds, nfds + 1, wms);
+            pthread_mutex_lock(&ep->lock);
+        }
+        ep->ops->progress(ep->tp);
+        oobx__ep_spread(ep);
+    }
+    pthread_mutex_unlock(&ep->lock);
+}
+
 void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed)
 {
     if (ep->spin_us >= 0) return; /* fixed by OOBX_SPIN_US */

@@ -277,6 +277,11 @@ void oobx__ep_adopt(oobx_ep_t *ep, void *p);
 
 /* Once the cards are in: adaptive polling (OOBX_SPIN_US < 0) is on when no
  * host runs more ranks than it has CPUs, off when one does. */
+/* After an init that failed on another rank's death: keeps the endpoint
+ * serving (accepting links, passing on the notice, flushing) for ms, so that
+ * a rank that connects to this one only now hears who died instead of
+ * finding this rank gone and blaming it. Takes the endpoint lock. */
+void oobx__ep_linger(oobx_ep_t *ep, int ms);
 void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed);
 
 /* Sleeps until done(arg) is true, making progress. done may post more
