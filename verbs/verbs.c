@@ -876,6 +876,22 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
         verbs_conn_start(tp, peer);
     else
         verbs_peer_push(tp, peer);
+    /* Still queued (no link, credits or ring slots yet): the call may end
+     * before it goes (a collective that fails returns with it queued, and
+     * the caller's buffer goes away), so a payload small enough is the
+     * transport's own from here. Only compared while in the queue: a send
+     * that went is freed. */
+    for (verbs_send_t *q = p->sq_head; q; q = q->next) {
+        if (q != s) continue;
+        if (!s->own && !s->mr && len && len <= VERBS_COPY_MAX) {
+            s->own = malloc(len);
+            if (s->own) {
+                memcpy(s->own, payload, len);
+                s->payload = s->own;
+            }
+        }
+        break;
+    }
     return 0;
 }
 
