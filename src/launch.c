@@ -33,6 +33,7 @@
 const oobx_setting_desc_t oobx__launch_settings_table[] = {
     {"OOBX_LAUNCHER", "auto", "launcher whose variables oobx_comm_init_from_env reads: auto (the innermost: oobx, torchrun, ompi or hydra, pmix, slurm), or one of those names", OOBX_SET_STR, L_(launcher), 0, 0},
     {"OOBX_SLURM_PORT_RANGE", "20000-29999", "ports of the roots of a Slurm step started without PMI: each step's port is derived from its job and step id within this range", OOBX_SET_STR, L_(slurm_ports), 0, 0},
+    {"OOBX_MASTER_PORT_TRIES", "8", "torchrun: the root takes the first free port of MASTER_PORT+1 .. MASTER_PORT+this (a port there may be taken by another process), and the ranks try them in that order", OOBX_SET_INT, L_(master_port_tries), 1, 64},
     {"OOBX_LAUNCH_RANKS_PER_ROOT", "256", "jobs started by a launcher (PMIx, PMI-1, Slurm) get one root per this many ranks (a Slurm step at most one per node)", OOBX_SET_INT, L_(ranks_per_root), 1, 1 << 30},
     {NULL, NULL, NULL, 0, 0, 0, 0, 0},
 };
@@ -571,6 +572,9 @@ static int init_addrs(oobx_comm_t *comm, const oobx_launch_t *l, const char *lis
         }
         roots[i].magic = oobx__mix64(magic, (uint64_t)i);
         memcpy(roots[i].secret, secret, OOBX_SECRET_BYTES);
+        roots[i].nalt = l->root_alts;
+        if (roots[i].nalt > 0 && oobx__sock_addr_port(&roots[i].addr) + roots[i].nalt > 65535)
+            roots[i].nalt = 65535 - oobx__sock_addr_port(&roots[i].addr);
         if (rank == oobx__root_first_rank(i, nranks, nids)) {
             if (slurm_nodes) {
                 const char *me = getenv("SLURMD_NODENAME");
@@ -589,6 +593,26 @@ static int init_addrs(oobx_comm_t *comm, const oobx_launch_t *l, const char *lis
                                          why, sizeof(why));
             else
                 rc = oobx__root_start(&roots[i].addr, roots[i].magic, secret, s, &h, why, sizeof(why));
+            /* taken: the next ports of the window, which the ranks try in the same order */
+            for (int k = 1; rc == OOBX_ERR_UNAVAILABLE && root_fd < 0 && k <= roots[i].nalt; k++) {
+                oobx_sockaddr_t alt = roots[i].addr;
+                oobx__sock_addr_set_port(&alt, oobx__sock_addr_port(&roots[i].addr) + k);
+                char why2[600];
+                rc = oobx__root_start(&alt, roots[i].magic, secret, s, &h, why2, sizeof(why2));
+                if (rc == 0) {
+                    oobx_log_t lg;
+                    oobx_log_t *lgp = &lg;
+                    oobx__log_open(lgp, s, "oobx");
+                    OOBX_INFO(lgp, "rank %d: root %d at port %d, not %d (%.200s)", rank, i,
+                              oobx__sock_addr_port(&alt), oobx__sock_addr_port(&roots[i].addr), why);
+                    oobx__log_close(lgp);
+                    roots[i].addr = alt;
+                    roots[i].nalt -= k;
+                } else if (rc == OOBX_ERR_UNAVAILABLE && k == roots[i].nalt) {
+                    size_t wl = strlen(why);
+                    snprintf(why + wl, sizeof(why) - wl, "; and ports +1..+%d: %.200s", k, why2);
+                }
+            }
             if (rc == OOBX_ERR_UNAVAILABLE && slurm_nodes && root_fd < 0) {
                 rc = oobx__fail(NULL, rc, "rank %d cannot host root %d of Slurm job %s step %s at %s: port %d is "
                                 "taken (%s); the port comes from the job and step id within OOBX_SLURM_PORT_RANGE=%s: "
@@ -1007,6 +1031,8 @@ int oobx_comm_init_from_env(oobx_comm_t *comm, const oobx_config_t *cfg)
     oobx_log_t *lgp = &lg;
     OOBX_INFO(lgp, "launcher %s (job %s): %s", l.name, l.job_id, l.vars);
     oobx__log_close(&lg);
+    /* torchrun's MASTER_PORT+1 may be taken: a window of ports after it */
+    if (l.launcher == OOBX_LAUNCH_TORCHRUN && !l.root_list_from_comm_id) l.root_alts = ls.master_port_tries - 1;
     if (l.rdv == OOBX_RDV_SLURM) return init_slurm(comm, &l, &s, &ls, cfg);
     return init_addrs(comm, &l, l.roots, &s, cfg, NULL, NULL,
                       l.root_list_from_comm_id ? "OOBX_COMM_ID" : "the root list");

@@ -55,6 +55,7 @@ typedef struct oobx_launch {
     char vars[512];     /* which variables gave rank, size, local rank and roots (logged at info) */
     char roots[1024];   /* OOBX_RDV_ADDRS: host:port[,host:port...] */
     int root_list_from_comm_id; /* roots came from OOBX_COMM_ID (else MASTER_ADDR/MASTER_PORT) */
+    int root_alts;      /* the root may sit at up to this many ports after the listed one (root_handle_t.nalt) */
     char pmi_addr[128]; /* OOBX_RDV_PMI1: PMI_PORT (host:port) when there is no PMI_FD */
     int pmi_fd;         /* OOBX_RDV_PMI1: PMI_FD, or -1 */
     unsigned kvs_seq;   /* PMIx, PMI-1: which exchange of this process with the store (0: its first) */
@@ -79,6 +80,7 @@ typedef struct oobx_launch_settings {
     char launcher[16];        /* OOBX_LAUNCHER */
     char slurm_ports[32];     /* OOBX_SLURM_PORT_RANGE: lo-hi */
     int ranks_per_root;       /* OOBX_LAUNCH_RANKS_PER_ROOT */
+    int master_port_tries;    /* OOBX_MASTER_PORT_TRIES */
 } oobx_launch_settings_t;
 extern const oobx_setting_desc_t oobx__launch_settings_table[];
 

@@ -1073,6 +1073,62 @@ int oobx__root_start_fd(int fd, const char *var, const oobx_sockaddr_t *want, ui
 
 /* ---- the rank's side ---------------------------------------------------------- */
 
+/* The cancel of one try at a candidate port: the call's, ending by ms at the latest. */
+static oobx_cancel_t candidate_cancel(const oobx_cancel_t *c, int ms)
+{
+    oobx_cancel_t t = {.deadline_ns = UINT64_MAX};
+    if (c) t = *c;
+    uint64_t by = oobx__deadline(ms);
+    if (by < t.deadline_ns) t.deadline_ns = by;
+    return t;
+}
+
+static int call_over(const oobx_cancel_t *c);
+
+/* One connect to a candidate, completed within the cancel's window: 0, or
+ * nonzero (refused, unreachable, no answer in time) with why. */
+static int connect_once(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, char *why, size_t whylen)
+{
+    int fd = -1, err = oobx__sock_connect_start(a, &fd);
+    while (err == 0) {
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        int n = poll(&pfd, 1, oobx__sock_wait_ms(c));
+        if (n > 0) {
+            err = oobx__sock_connect_result(fd);
+            break;
+        }
+        if (call_over(c)) {
+            err = ETIMEDOUT;
+            break;
+        }
+    }
+    if (err == 0) {
+        *fd_out = fd;
+        return 0;
+    }
+    if (fd >= 0) close(fd);
+    snprintf(why, whylen, "connect: %s", strerror(err));
+    return OOBX_ERR_REMOTE;
+}
+
+/* The next candidate port; after the last, a new round, after a backoff. */
+static void next_candidate(const oobx_cancel_t *c, int *cand, int ncand, int *round, uint64_t *rng)
+{
+    if (++*cand < ncand) return;
+    *cand = 0;
+    ++*round;
+    oobx__sock_backoff_sleep(c, *round, rng);
+}
+
+/* The call's own deadline or abort (not a candidate's window). */
+static int call_over(const oobx_cancel_t *c)
+{
+    if (!c) return 0;
+    int rc = oobx__sock_cancelled(c);
+    if (rc) return rc;
+    return c->deadline_ns != UINT64_MAX && oobx__now_ns() >= c->deadline_ns ? OOBX_ERR_TIMEOUT : 0;
+}
+
 static int report_to(const root_client_t *c, int iroot, int as_rank, int type, int *fd_out, oobx_auth_t *auth,
                      char *why, size_t whylen)
 {
@@ -1085,21 +1141,65 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     uint64_t rng = oobx__random64();
     int rc, shed;
     uint64_t t0 = oobx__now_ns(), t_conn = 0;
+    /* With a window of ports (h->nalt), the root is at the first that
+     * answers with a challenge: a port before it refuses, or holds another
+     * listener that says nothing or something else. Each round tries each
+     * candidate once (the connect within 100 ms, the challenge within 1 s,
+     * both doubling each round), with a backoff after a round that found
+     * nothing, until one sends a challenge; that one is used from then on. */
+    int ncand = h->nalt > 0 ? h->nalt + 1 : 1, cand = 0, round = 0, found = ncand == 1;
+    oobx_sockaddr_t addr = h->addr;
     for (shed = 0;; shed++) {
-        rc = oobx__sock_connect_retry(&h->addr, c->cancel, &fd, sub, sizeof(sub));
+        oobx_cancel_t cc = c->cancel ? *c->cancel : (oobx_cancel_t){.deadline_ns = UINT64_MAX};
+        if (!found) {
+            addr = h->addr;
+            oobx__sock_addr_set_port(&addr, oobx__sock_addr_port(&h->addr) + cand);
+            oobx__sock_addr_format(&addr, name, sizeof(name));
+            cc = candidate_cancel(c->cancel, 100 << (round < 4 ? round : 4));
+        }
+        rc = found ? oobx__sock_connect_retry(&addr, &cc, &fd, sub, sizeof(sub))
+                   : connect_once(&addr, &cc, &fd, sub, sizeof(sub));
         t_conn = oobx__now_ns();
+        if (rc != 0 && !found && !call_over(c->cancel)) {
+            /* refused or silent through its window: the next candidate */
+            next_candidate(c->cancel, &cand, ncand, &round, &rng);
+            shed--;
+            continue;
+        }
         if (rc != 0) {
             snprintf(why, whylen,
-                     "rank %d cannot reach root %d at %s: %s%s; is the root's process alive, and is OOBX_COMM_ID / "
+                     "rank %d cannot reach root %d at %s%s: %s%s; is the root's process alive, and is OOBX_COMM_ID / "
                      "the unique id right?",
-                     c->rank, iroot, name, sub, shed ? " (the root shed this rank's earlier connections)" : "");
+                     c->rank, iroot, name, ncand > 1 ? " (or the ports after it: OOBX_MASTER_PORT_TRIES)" : "", sub,
+                     shed ? " (the root shed this rank's earlier connections)" : "");
             return rc;
         }
         /* the root's challenge comes first; a root that holds its cap of
          * connections without proof closes new ones before their challenge
          * (docs/security.md): try again, later */
         size_t got = 0;
-        rc = oobx__sock_recv_all_got(fd, ch, sizeof(ch), c->cancel, sub, sizeof(sub), &got);
+        if (!found) cc = candidate_cancel(c->cancel, 1000 << (round < 4 ? round : 4));
+        rc = oobx__sock_recv_all_got(fd, ch, sizeof(ch), &cc, sub, sizeof(sub), &got);
+        if (rc == 0 && !found) {
+            char sub2[256];
+            oobx_auth_t probe;
+            if (oobx__auth_challenge_decode(ch, sizeof(ch), &probe, sub2, sizeof(sub2)) == 0) {
+                found = 1; /* this job's kind of root: stay with it */
+            } else if (!call_over(c->cancel)) {
+                close(fd);
+                fd = -1;
+                next_candidate(c->cancel, &cand, ncand, &round, &rng);
+                shed--;
+                continue;
+            }
+        }
+        if (rc != 0 && !found && !call_over(c->cancel) && !(rc == OOBX_ERR_REMOTE && got == 0)) {
+            close(fd);
+            fd = -1;
+            next_candidate(c->cancel, &cand, ncand, &round, &rng);
+            shed--;
+            continue;
+        }
         if (rc != OOBX_ERR_REMOTE || got != 0) break;
         close(fd);
         fd = -1;

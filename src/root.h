@@ -28,6 +28,10 @@ typedef struct root_handle {
     uint64_t magic;                 /* public: tells jobs apart */
     unsigned char secret[16];       /* OOBX_SECRET_BYTES: what every connection proves (auth.h) */
     oobx_sockaddr_t addr;
+    /* ports addr+1 .. addr+nalt may hold the root instead (torchrun's
+     * MASTER_PORT+1 when that port was taken): the hosting rank takes the
+     * first free one, the others try them in turn. Not in unique ids. */
+    int nalt;
 } root_handle_t;
 
 void oobx__root_handle_encode(const root_handle_t *h, oobx_unique_id_t *id);

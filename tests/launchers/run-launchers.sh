@@ -184,6 +184,29 @@ chmod +x "$work"/*.sh
 job "srun -n 1 + torchrun-style loop of 4" 4 srun -n 1 "$work/torchrun-loop.sh" "$check"
 demo_job "srun -n 1 + torchrun-style loop of 4" srun -n 1 "$work/torchrun-loop.sh" "$demo"
 
+# torchrun's MASTER_PORT+1 taken by another process's listener, which
+# accepts and says nothing: the root takes the next free port of the window
+# (OOBX_MASTER_PORT_TRIES) and the ranks find it there
+mport=$((41000 + $$ % 4000))
+"$check" hold $((mport + 1)) >"$work/hold-master.out" 2>&1 &
+mholder=$!
+pids+=($mholder)
+for _ in $(seq 50); do grep -q holding "$work/hold-master.out" && break; sleep 0.1; done
+cat > "$work/torchrun-taken.sh" <<B
+#!/bin/bash
+for r in 0 1 2 3; do
+    RANK=\$r WORLD_SIZE=4 LOCAL_RANK=\$r LOCAL_WORLD_SIZE=4 MASTER_ADDR=localhost MASTER_PORT=$mport \\
+        TORCHELASTIC_RUN_ID=taken-$$ "\$@" &
+done
+st=0
+for r in 0 1 2 3; do wait -n || st=1; done
+exit \$st
+B
+chmod +x "$work/torchrun-taken.sh"
+job "torchrun-style loop of 4, MASTER_PORT+1 held by a silent listener" 4 "$work/torchrun-taken.sh" "$check"
+kill "$mholder" 2>/dev/null
+wait "$mholder" 2>/dev/null
+
 # oobx-run, and the plain environment (what any launcher, or a shell loop, can set)
 job "oobx-run -n 8 --no-prefix" 8 "$root/$build/bin/oobx-run" -n 8 --no-prefix -- "$check"
 demo_job "oobx-run -n 8" "$root/$build/bin/oobx-run" -n 8 -- "$demo"
