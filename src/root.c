@@ -1193,7 +1193,10 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
                 continue;
             }
         }
-        if (rc != 0 && !found && !call_over(c->cancel) && !(rc == OOBX_ERR_REMOTE && got == 0)) {
+        /* not found yet, a close before the challenge too moves on (a root
+         * shedding it is tried again next round; another listener that
+         * closes at once must not hold the ranks) */
+        if (rc != 0 && !found && !call_over(c->cancel)) {
             close(fd);
             fd = -1;
             next_candidate(c->cancel, &cand, ncand, &round, &rng);
