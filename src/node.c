@@ -388,12 +388,7 @@ int oobx__node_count(const oobx__node_t *n)
 /* 0, or the status of an abort or the deadline (the caller says what it waited for). */
 static int cancelled(const oobx__node_t *n)
 {
-    const oobx_cancel_t *c = n->p.cancel;
-    if (!c) return 0;
-    int rc = oobx__sock_cancelled(c);
-    if (rc) return rc;
-    if (c->deadline_ns != UINT64_MAX && oobx__now_ns() >= c->deadline_ns) return OOBX_ERR_TIMEOUT;
-    return 0;
+    return oobx__sock_cancel_status(n->p.cancel);
 }
 
 int oobx__node_wait_members(oobx__node_t *n, const int *members)

@@ -1083,30 +1083,12 @@ static oobx_cancel_t candidate_cancel(const oobx_cancel_t *c, int ms)
     return t;
 }
 
-static int call_over(const oobx_cancel_t *c);
-
 /* One connect to a candidate, completed within the cancel's window: 0, or
- * nonzero (refused, unreachable, no answer in time) with why. */
+ * OOBX_ERR_REMOTE (refused, unreachable, no answer in time) with why. */
 static int connect_once(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, char *why, size_t whylen)
 {
-    int fd = -1, err = oobx__sock_connect_start(a, &fd);
-    while (err == 0) {
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        int n = poll(&pfd, 1, oobx__sock_wait_ms(c));
-        if (n > 0) {
-            err = oobx__sock_connect_result(fd);
-            break;
-        }
-        if (call_over(c)) {
-            err = ETIMEDOUT;
-            break;
-        }
-    }
-    if (err == 0) {
-        *fd_out = fd;
-        return 0;
-    }
-    if (fd >= 0) close(fd);
+    int stopped, err = oobx__sock_connect_wait(a, c, fd_out, &stopped);
+    if (err == 0) return 0;
     snprintf(why, whylen, "connect: %s", strerror(err));
     return OOBX_ERR_REMOTE;
 }
@@ -1118,15 +1100,6 @@ static void next_candidate(const oobx_cancel_t *c, int *cand, int ncand, int *ro
     *cand = 0;
     ++*round;
     oobx__sock_backoff_sleep(c, *round, rng);
-}
-
-/* The call's own deadline or abort (not a candidate's window). */
-static int call_over(const oobx_cancel_t *c)
-{
-    if (!c) return 0;
-    int rc = oobx__sock_cancelled(c);
-    if (rc) return rc;
-    return c->deadline_ns != UINT64_MAX && oobx__now_ns() >= c->deadline_ns ? OOBX_ERR_TIMEOUT : 0;
 }
 
 static int report_to(const root_client_t *c, int iroot, int as_rank, int type, int *fd_out, oobx_auth_t *auth,
@@ -1160,7 +1133,7 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
         rc = found ? oobx__sock_connect_retry(&addr, &cc, &fd, sub, sizeof(sub))
                    : connect_once(&addr, &cc, &fd, sub, sizeof(sub));
         t_conn = oobx__now_ns();
-        if (rc != 0 && !found && !call_over(c->cancel)) {
+        if (rc != 0 && !found && !oobx__sock_cancel_status(c->cancel)) {
             /* refused or silent through its window: the next candidate */
             next_candidate(c->cancel, &cand, ncand, &round, &rng);
             shed--;
@@ -1180,28 +1153,21 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
         size_t got = 0;
         if (!found) cc = candidate_cancel(c->cancel, 1000 << (round < 4 ? round : 4));
         rc = oobx__sock_recv_all_got(fd, ch, sizeof(ch), &cc, sub, sizeof(sub), &got);
-        if (rc == 0 && !found) {
+        if (!found) {
+            /* a root's challenge: this job's kind of root, stay with it; else
+             * (silence, something else, even a close before it: a root
+             * shedding it is tried again next round, another listener that
+             * closes at once must not hold the ranks) the next candidate */
             char sub2[256];
             oobx_auth_t probe;
-            if (oobx__auth_challenge_decode(ch, sizeof(ch), &probe, sub2, sizeof(sub2)) == 0) {
-                found = 1; /* this job's kind of root: stay with it */
-            } else if (!call_over(c->cancel)) {
+            found = rc == 0 && oobx__auth_challenge_decode(ch, sizeof(ch), &probe, sub2, sizeof(sub2)) == 0;
+            if (!found && !oobx__sock_cancel_status(c->cancel)) {
                 close(fd);
                 fd = -1;
                 next_candidate(c->cancel, &cand, ncand, &round, &rng);
                 shed--;
                 continue;
             }
-        }
-        /* not found yet, a close before the challenge too moves on (a root
-         * shedding it is tried again next round; another listener that
-         * closes at once must not hold the ranks) */
-        if (rc != 0 && !found && !call_over(c->cancel)) {
-            close(fd);
-            fd = -1;
-            next_candidate(c->cancel, &cand, ncand, &round, &rng);
-            shed--;
-            continue;
         }
         if (rc != OOBX_ERR_REMOTE || got != 0) break;
         close(fd);

@@ -30,7 +30,7 @@ int oobx__sock_wait_ms(const oobx_cancel_t *c)
     return oobx__ms_left(c ? c->deadline_ns : UINT64_MAX, cap);
 }
 
-static int cancel_status(const oobx_cancel_t *c)
+int oobx__sock_cancel_status(const oobx_cancel_t *c)
 {
     int rc = oobx__sock_cancelled(c);
     if (rc) return rc;
@@ -222,6 +222,31 @@ void oobx__sock_backoff_sleep(const oobx_cancel_t *c, int tries, uint64_t *rng)
     nanosleep(&ts, NULL);
 }
 
+int oobx__sock_connect_wait(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, int *stopped)
+{
+    *fd_out = -1;
+    *stopped = 0;
+    int fd, err = oobx__sock_connect_start(a, &fd);
+    if (err != 0) return err;
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (poll(&pfd, 1, oobx__sock_wait_ms(c)) > 0) {
+            err = oobx__sock_connect_result(fd);
+            break;
+        }
+        if ((*stopped = oobx__sock_cancel_status(c)) != 0) {
+            err = ETIMEDOUT;
+            break;
+        }
+    }
+    if (err == 0) {
+        *fd_out = fd;
+        return 0;
+    }
+    close(fd);
+    return err;
+}
+
 int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd_out, char *why, size_t whylen)
 {
     char name[96];
@@ -229,35 +254,22 @@ int oobx__sock_connect_retry(const oobx_sockaddr_t *a, const oobx_cancel_t *c, i
     uint64_t rng = oobx__random64();
     int tries = 0, last = 0;
     for (;;) {
-        int rc = cancel_status(c);
+        int rc = oobx__sock_cancel_status(c);
         if (rc) {
             snprintf(why, whylen, "connect to %s: %s after %d tries (last: %s)", name,
                      rc == OOBX_ERR_ABORTED ? "aborted" : "timed out", tries, last ? strerror(last) : "no answer");
             return rc;
         }
         tries++;
-        int fd;
-        int err = oobx__sock_connect_start(a, &fd);
+        int fd, err = oobx__sock_connect_wait(a, c, &fd, &rc);
+        if (rc) {
+            snprintf(why, whylen, "connect to %s: %s while connecting (try %d)", name,
+                     rc == OOBX_ERR_ABORTED ? "aborted" : "timed out", tries);
+            return rc;
+        }
         if (err == 0) {
-            for (;;) {
-                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-                int n = poll(&pfd, 1, oobx__sock_wait_ms(c));
-                if (n > 0) {
-                    err = oobx__sock_connect_result(fd);
-                    break;
-                }
-                if ((rc = cancel_status(c)) != 0) {
-                    close(fd);
-                    snprintf(why, whylen, "connect to %s: %s while connecting (try %d)", name,
-                             rc == OOBX_ERR_ABORTED ? "aborted" : "timed out", tries);
-                    return rc;
-                }
-            }
-            if (err == 0) {
-                *fd_out = fd;
-                return OOBX_SUCCESS;
-            }
-            close(fd);
+            *fd_out = fd;
+            return OOBX_SUCCESS;
         }
         last = err;
         if (!oobx__sock_errno_retryable(err)) {
@@ -291,7 +303,7 @@ static int io_all(int fd, void *buf, size_t len, int sending, const oobx_cancel_
                      strerror(errno));
             return OOBX_ERR_REMOTE;
         }
-        int rc = cancel_status(c);
+        int rc = oobx__sock_cancel_status(c);
         if (rc) {
             snprintf(why, whylen, "%s %s after %zu of %zu bytes", sending ? "send" : "receive",
                      rc == OOBX_ERR_ABORTED ? "aborted" : "timed out", off, len);

@@ -29,6 +29,8 @@ typedef struct oobx_cancel {
 
 /* OOBX_ERR_ABORTED when either flag is set, else 0. */
 int oobx__sock_cancelled(const oobx_cancel_t *c);
+/* The same, or OOBX_ERR_TIMEOUT once the deadline has passed (c may be NULL). */
+int oobx__sock_cancel_status(const oobx_cancel_t *c);
 /* poll timeout for one sleep: time left, capped to 50 ms when a user flag must be watched. */
 int oobx__sock_wait_ms(const oobx_cancel_t *c);
 
@@ -55,6 +57,9 @@ int oobx__sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd, char *why, si
 int oobx__sock_connect_start(const oobx_sockaddr_t *a, int *fd);
 /* errno of a finished connect (0: connected), read with SO_ERROR. */
 int oobx__sock_connect_result(int fd);
+/* One connect, waited for: 0 with *fd, or its errno (positive); when c's
+ * abort or deadline comes first, ETIMEDOUT with *stopped its status. */
+int oobx__sock_connect_wait(const oobx_sockaddr_t *a, const oobx_cancel_t *c, int *fd, int *stopped);
 /* errnos worth another try: refused, timed out, unreachable, reset */
 int oobx__sock_errno_retryable(int err);
 /* Next backoff in ms after try number `tries` (1, 2, ...): 5 ms doubling to 1 s, +-25% jitter. */
