@@ -69,7 +69,7 @@ CORE_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(CORE_SRC) $(TOPO_SRC))
 $(CORE_OBJ): CPPFLAGS += -DOOBX_BUILDING_LIBRARY
 # pure helpers that the modules link as well (hidden in each)
 # what modules take of the core as objects (auth.o: the verbs handshake's proofs, with libsodium)
-MODULE_CORE_OBJ := $(OBJDIR)/src/util.o $(OBJDIR)/src/ringbuf.o $(OBJDIR)/src/tp_common.o $(OBJDIR)/src/auth.o
+MODULE_CORE_OBJ := $(OBJDIR)/src/util.o $(OBJDIR)/src/cma.o $(OBJDIR)/src/ringbuf.o $(OBJDIR)/src/tp_common.o $(OBJDIR)/src/auth.o
 
 # the module directory: one object for the build tree, one for the install
 MODDIR_OBJ      := $(OBJDIR)/moddir-build.o

@@ -33,6 +33,7 @@ typedef struct oobx_settings {
     char host_id[128];         /* OOBX_HOST_ID */
     char node_dir[256];        /* OOBX_NODE_DIR */
     size_t node_buf;           /* OOBX_NODE_BUF */
+    size_t cma_min;            /* OOBX_CMA_MIN: single-copy pulls between ranks of one host from this size */
     char module_dir[512];      /* OOBX_MODULE_DIR: where transport modules are loaded from */
     int log_level;             /* OOBX_LOG_LEVEL */
     char log_file[256];        /* OOBX_LOG_FILE (%h host, %p pid) */

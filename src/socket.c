@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "cma.h"
 #include "oobx.h"
 #include "sock.h"
 #include "topo.h"
@@ -27,6 +28,9 @@
 #define SK_MAX_PENDING 1024       /* unidentified inbound connections kept at once */
 #define SK_REFUSED_MAX 3          /* connects to a rank's listener refused in a row before it counts as gone */
 #define SK_ADDR_BYTES 24
+#define SK_ADDR_CMA_BYTES (SK_ADDR_BYTES + OOBX_CMA_ID_BYTES) /* with this rank's single-copy identity */
+#define SK_CTL_MAX (1u << 20) /* bytes of CTS frames one connection may owe */
+#define SK_CMA_DESC_BYTES 16 /* after an RTS|CMA header: u64 payload address, u64 its length */
 /* Payloads at least this big wait for the receiver's clear-to-send: a
  * receiver that does not want one (too large for its receive) skips it
  * unsent. One round trip is under 1% of such a transfer. */
@@ -43,12 +47,14 @@ enum { RX_HDR, RX_BODY };
 
 typedef struct sk_send {
     struct sk_send *next;
-    unsigned char hdr[OOBX_MSGHDR_BYTES];
+    unsigned char hdr[OOBX_MSGHDR_BYTES + SK_CMA_DESC_BYTES];
+    size_t hdr_len; /* OOBX_MSGHDR_BYTES, + SK_CMA_DESC_BYTES when the receiver may pull the payload */
     const char *payload;
     size_t len; /* payload bytes */
     size_t off; /* of OOBX_MSGHDR_BYTES + len sent */
     int rndv;   /* the payload waits for the receiver's CTS (OOBX_FRAME_RTS) */
     int cts;    /* the CTS_GO came: a DATA frame header (dhdr) and the payload follow */
+    int piped;  /* a pull whose answer is not waited for before the next message goes (sk_conn_t.pl_head) */
     unsigned char dhdr[OOBX_MSGHDR_BYTES];
     oobx_tp_req_t *req;
 } sk_send_t;
@@ -75,7 +81,9 @@ typedef struct sk_conn {
     void *cookie;
     /* send */
     sk_send_t *sq_head, *sq_tail;
-    unsigned char ctl[2 * OOBX_MSGHDR_BYTES]; /* CTS frames owed, written between messages */
+    sk_send_t *pl_head, *pl_tail; /* piped pulls that are out, waiting for CTS_DONE (or _SKIP), in order */
+    unsigned char *ctl; /* CTS frames owed, written between messages (one per rendezvous the peer has out) */
+    size_t ctl_cap;
     size_t ctl_len, ctl_off;
     /* receive: a rendezvous told to go, whose DATA frame has not come yet */
     int rv_pending;
@@ -93,6 +101,9 @@ typedef struct sk_peer {
     uint64_t first_try, retry_at;
     int last_err;
     int refused; /* connects refused in a row */
+    int cma_set;  /* cma holds what the peer's address said */
+    int cma_seen; /* the peer pulled a payload of ours: later pulls go without waiting for the answers */
+    oobx__cma_peer_t cma;
 } sk_peer_t;
 
 typedef struct sk_tp {
@@ -117,6 +128,8 @@ typedef struct sk_tp {
     int wake_fd;       /* the core's eventfd, in the epoll set */
     struct epoll_event slept[64]; /* what the last sleep() saw, for progress() */
     int nslept;
+    oobx__cma_self_t cma; /* this rank's single-copy identity (cma.h) */
+    size_t cma_min;       /* OOBX_CMA_MIN */
 } sk_tp_t;
 
 
@@ -129,7 +142,7 @@ static sk_tp_t *tp_of(oobx_tp_t *t)
 /* The head send has its header out and waits for the receiver's CTS. */
 static int send_waits_cts(const sk_send_t *s)
 {
-    return s && s->rndv && !s->cts && s->off >= OOBX_MSGHDR_BYTES;
+    return s && s->rndv && !s->cts && s->off >= s->hdr_len;
 }
 
 static int conn_wants_out(const sk_conn_t *c)
@@ -142,7 +155,7 @@ static int conn_wants_out(const sk_conn_t *c)
 static int conn_at_boundary(const sk_conn_t *c)
 {
     const sk_send_t *s = c->sq_head;
-    return !s || s->off == 0 || (s->rndv && s->off == OOBX_MSGHDR_BYTES);
+    return !s || s->off == 0 || (s->rndv && s->off == s->hdr_len);
 }
 
 static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
@@ -191,7 +204,13 @@ static void conn_free(sk_tp_t *t, sk_conn_t *c)
         c->sq_head = s->next;
         free(s);
     }
+    while (c->pl_head) {
+        sk_send_t *s = c->pl_head;
+        c->pl_head = s->next;
+        free(s);
+    }
     free(c->stage);
+    free(c->ctl);
     free(c);
 }
 
@@ -230,6 +249,10 @@ static void conn_fail(sk_tp_t *t, sk_conn_t *c, int status, const char *what)
     if (c->state == SC_DEAD) return;
     c->state = SC_DEAD;
     for (sk_send_t *s = c->sq_head; s; s = s->next) {
+        s->req->status = status;
+        s->req->done = 1;
+    }
+    for (sk_send_t *s = c->pl_head; s; s = s->next) {
         s->req->status = status;
         s->req->done = 1;
     }
@@ -378,8 +401,8 @@ static void send_fail(sk_tp_t *t, sk_conn_t *c, int err)
  * CTS); after the CTS a rendezvous is its header, a DATA header, the payload. */
 static size_t send_total(const sk_send_t *s)
 {
-    if (!s->rndv) return OOBX_MSGHDR_BYTES + s->len;
-    return OOBX_MSGHDR_BYTES + (s->cts ? OOBX_MSGHDR_BYTES + s->len : 0);
+    if (!s->rndv) return s->hdr_len + s->len;
+    return s->hdr_len + (s->cts ? OOBX_MSGHDR_BYTES + s->len : 0);
 }
 
 /* The iovecs of what is left of s (at most 3). */
@@ -391,7 +414,7 @@ static int send_iov(const sk_send_t *s, struct iovec *iov)
     } seg[3];
     int ns = 0;
     seg[ns].p = s->hdr;
-    seg[ns++].n = OOBX_MSGHDR_BYTES;
+    seg[ns++].n = s->hdr_len;
     if (s->rndv && s->cts) {
         seg[ns].p = s->dhdr;
         seg[ns++].n = OOBX_MSGHDR_BYTES;
@@ -438,8 +461,8 @@ static void conn_flush(sk_tp_t *t, sk_conn_t *c)
         for (sk_send_t *s = c->sq_head; s && n < 61; s = s->next) {
             n += send_iov(s, iov + n);
             want += send_total(s) - s->off;
-            /* a rendezvous header, or a CTS owed, ends the batch */
-            if (send_total(s) == OOBX_MSGHDR_BYTES && s->rndv) break;
+            /* a rendezvous header (not a piped pull), or a CTS owed, ends the batch */
+            if (send_total(s) == s->hdr_len && s->rndv && !s->piped) break;
             if (c->ctl_len) break;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -460,9 +483,17 @@ static void conn_flush(sk_tp_t *t, sk_conn_t *c)
             }
             left -= need;
             s->off = send_total(s);
-            if (send_waits_cts(s)) break;
+            if (send_waits_cts(s) && !s->piped) break;
             c->sq_head = s->next;
             if (!c->sq_head) c->sq_tail = NULL;
+            if (s->piped) {
+                /* out: its answer comes in its turn */
+                s->next = NULL;
+                if (c->pl_tail) c->pl_tail->next = s;
+                else c->pl_head = s;
+                c->pl_tail = s;
+                continue;
+            }
             s->req->status = 0;
             s->req->done = 1;
             free(s);
@@ -472,11 +503,20 @@ static void conn_flush(sk_tp_t *t, sk_conn_t *c)
     conn_set_events(t, c);
 }
 
-/* Owes the peer a CTS frame (go: send the payload; else skip it). */
-static int conn_owe_cts(sk_tp_t *t, sk_conn_t *c, int go)
+/* Owes the peer a CTS frame: kind OOBX_FRAME_CTS_GO (send the payload),
+ * _SKIP (do not) or _DONE (pulled it). */
+static int conn_owe_cts(sk_tp_t *t, sk_conn_t *c, uint32_t kind)
 {
-    if (c->ctl_len + OOBX_MSGHDR_BYTES > sizeof(c->ctl)) return -1;
-    oobx_msg_hdr_t h = {.src = t->rank, .kind = go ? OOBX_FRAME_CTS_GO : OOBX_FRAME_CTS_SKIP};
+    if (c->ctl_len + OOBX_MSGHDR_BYTES > c->ctl_cap) {
+        /* a peer has as many answers owed as it has pulls out: its own sends bound them */
+        size_t cap = c->ctl_cap ? 2 * c->ctl_cap : 4 * OOBX_MSGHDR_BYTES;
+        if (cap > SK_CTL_MAX) return -1;
+        unsigned char *n = realloc(c->ctl, cap);
+        if (!n) return -1;
+        c->ctl = n;
+        c->ctl_cap = cap;
+    }
+    oobx_msg_hdr_t h = {.src = t->rank, .kind = kind};
     oobx__msghdr_encode(&h, c->ctl + c->ctl_len);
     c->ctl_len += OOBX_MSGHDR_BYTES;
     return 0;
@@ -494,7 +534,9 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
         return oobx__fail(t->log, OOBX_ERR_REMOTE, "socket: %s failed earlier; cannot send to it", who);
     }
     sk_conn_t *rc_ = pp->conn;
-    int rndv = hdr->len >= SK_RNDV_MIN;
+    /* a peer of this host that can read our memory pulls the payload itself */
+    int cma = t->cma_min && hdr->len >= t->cma_min && pp->cma_set && pp->cma.state != OOBX_CMA_NO;
+    int rndv = hdr->len >= SK_RNDV_MIN || cma;
     if (rc_ && rc_->state == SC_READY && !rc_->sq_head && !rc_->ctl_len && !rndv) {
         /* the common case: an idle connection takes the whole message at once */
         unsigned char h[OOBX_MSGHDR_BYTES];
@@ -514,6 +556,7 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
                 return OOBX_ERR_NOMEM;
             }
             memcpy(s->hdr, h, OOBX_MSGHDR_BYTES);
+            s->hdr_len = OOBX_MSGHDR_BYTES;
             s->rndv = s->cts = 0;
             s->payload = payload;
             s->len = hdr->len;
@@ -532,7 +575,15 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
     if (!s) return OOBX_ERR_NOMEM;
     oobx_msg_hdr_t wire = *hdr;
     if (rndv) wire.kind |= OOBX_FRAME_RTS;
+    if (cma) wire.kind |= OOBX_FRAME_CMA;
     oobx__msghdr_encode(&wire, s->hdr);
+    s->hdr_len = OOBX_MSGHDR_BYTES;
+    if (cma) {
+        oobx__put_u64(s->hdr + OOBX_MSGHDR_BYTES, (uint64_t)(uintptr_t)payload);
+        oobx__put_u64(s->hdr + OOBX_MSGHDR_BYTES + 8, hdr->len);
+        s->hdr_len += SK_CMA_DESC_BYTES;
+        s->piped = pp->cma_seen;
+    }
     s->rndv = rndv;
     s->payload = payload;
     s->len = hdr->len;
@@ -568,6 +619,35 @@ static void conn_protocol_error(sk_tp_t *t, sk_conn_t *c, const char *why)
     conn_fail(t, c, OOBX_ERR_PROTOCOL, what);
 }
 
+/* Pulls the payload of the RTS|CMA message c->cur from the sender's memory
+ * at addr into c->dst. 1 when it is in place; 0: the peer's memory cannot
+ * be read (said once at info level), so the sender is told to send it; -1:
+ * a pull failed after others had worked (the sender no longer waits for
+ * the answers), and c failed. */
+static int conn_pull(sk_tp_t *t, sk_conn_t *c, uint64_t addr)
+{
+    sk_peer_t *pp = &t->peers[c->peer];
+    if (!pp->cma_set) (void)peer_known(t, c->peer);
+    if (!pp->cma_set || pp->cma.state == OOBX_CMA_NO) return 0;
+    int was_ok = pp->cma.state == OOBX_CMA_OK;
+    if (oobx__cma_check(&pp->cma) && oobx__cma_pull(&pp->cma, c->dst, addr, c->cur.len) == 0) {
+        OOBX_TRACE(t->log, "socket: pulled %llu bytes from rank %d", (unsigned long long)c->cur.len, c->peer);
+        return 1;
+    }
+    if (was_ok) {
+        /* the sender pipes its pulls once one worked: no way back for this link */
+        char who[160], what[400];
+        peer_describe(t, c->peer, who, sizeof(who));
+        snprintf(what, sizeof(what), "socket: cannot read a payload of %llu bytes from %s: %s",
+                 (unsigned long long)c->cur.len, who, pp->cma.why);
+        conn_fail(t, c, OOBX_ERR_REMOTE, what);
+        return -1;
+    }
+    OOBX_INFO(t->log, "socket: rank %d sends its large payloads to this rank over the socket: %s", c->peer,
+              pp->cma.why);
+    return 0;
+}
+
 /* Consumes staged bytes into messages. Returns 0, or -1 when c failed. */
 static int conn_parse(sk_tp_t *t, sk_conn_t *c)
 {
@@ -585,19 +665,46 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                 conn_protocol_error(t, c, why);
                 return -1;
             }
+            uint64_t cma_addr = 0;
+            if (c->cur.kind & OOBX_FRAME_CMA) {
+                /* the descriptor of a payload to pull follows the header */
+                if (avail < OOBX_MSGHDR_BYTES + SK_CMA_DESC_BYTES) break;
+                cma_addr = oobx__get_u64(c->stage + c->s_head + OOBX_MSGHDR_BYTES);
+                if (oobx__get_u64(c->stage + c->s_head + OOBX_MSGHDR_BYTES + 8) != c->cur.len || c->cur.len == 0) {
+                    conn_protocol_error(t, c, "a pull descriptor whose length is not the message's");
+                    return -1;
+                }
+                c->s_head += SK_CMA_DESC_BYTES;
+            }
             c->s_head += OOBX_MSGHDR_BYTES;
-            if (c->cur.kind == OOBX_FRAME_CTS_GO || c->cur.kind == OOBX_FRAME_CTS_SKIP) {
+            if (c->cur.kind == OOBX_FRAME_CTS_GO || c->cur.kind == OOBX_FRAME_CTS_SKIP ||
+                c->cur.kind == OOBX_FRAME_CTS_DONE) {
+                if (c->pl_head) {
+                    /* the answers come in the order of the messages: the oldest piped pull's */
+                    sk_send_t *s = c->pl_head;
+                    if (c->cur.kind == OOBX_FRAME_CTS_GO) {
+                        conn_protocol_error(t, c, "clear-to-send for a payload it had pulled before");
+                        return -1;
+                    }
+                    c->pl_head = s->next;
+                    if (!c->pl_head) c->pl_tail = NULL;
+                    s->req->status = 0;
+                    s->req->done = 1;
+                    free(s);
+                    continue;
+                }
                 sk_send_t *s = c->sq_head;
-                if (!send_waits_cts(s)) {
+                if (!send_waits_cts(s) || (c->cur.kind == OOBX_FRAME_CTS_DONE && s->hdr_len == OOBX_MSGHDR_BYTES)) {
                     conn_protocol_error(t, c, "clear-to-send for no message that waits for one");
                     return -1;
                 }
+                if (c->cur.kind == OOBX_FRAME_CTS_DONE) t->peers[c->peer].cma_seen = 1;
                 if (c->cur.kind == OOBX_FRAME_CTS_GO) {
                     oobx_msg_hdr_t d = {.len = s->len, .src = t->rank, .kind = OOBX_FRAME_DATA};
                     oobx__msghdr_encode(&d, s->dhdr);
                     s->cts = 1;
                 } else {
-                    /* the receiver drops it: done without sending the payload */
+                    /* the receiver dropped it, or pulled it itself: done without sending the payload */
                     c->sq_head = s->next;
                     if (!c->sq_head) c->sq_tail = NULL;
                     s->req->status = 0;
@@ -624,8 +731,9 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                 avail = c->s_tail - c->s_head;
             } else {
                 int rts = (c->cur.kind & OOBX_FRAME_RTS) != 0;
-                c->cur.kind &= ~(uint32_t)OOBX_FRAME_RTS;
-                if (rts && (c->cur.len < SK_RNDV_MIN || c->rv_pending)) {
+                int pull = (c->cur.kind & OOBX_FRAME_CMA) != 0;
+                c->cur.kind &= ~(uint32_t)(OOBX_FRAME_RTS | OOBX_FRAME_CMA);
+                if (rts && ((c->cur.len < SK_RNDV_MIN && !pull) || c->rv_pending)) {
                     conn_protocol_error(t, c, c->rv_pending ? "a rendezvous before the last one's payload"
                                                             : "rendezvous for a small message");
                     return -1;
@@ -635,21 +743,28 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                 c->got = 0;
                 c->rx = RX_BODY;
                 if (rts) {
-                    /* the header is a whole frame: the payload comes in a DATA frame after our CTS */
+                    /* the header is a whole frame: the payload comes in a DATA frame after our CTS,
+                     * unless this rank pulls it from the sender's memory */
                     c->rx = RX_HDR;
-                    if (conn_owe_cts(t, c, c->dst != NULL) != 0) {
-                        conn_protocol_error(t, c, "a rendezvous before the last one's clear-to-send went out");
+                    uint32_t answer = c->dst ? OOBX_FRAME_CTS_GO : OOBX_FRAME_CTS_SKIP;
+                    if (c->dst && pull) {
+                        int got = conn_pull(t, c, cma_addr);
+                        if (got < 0) return -1;
+                        if (got) answer = OOBX_FRAME_CTS_DONE;
+                    }
+                    if (conn_owe_cts(t, c, answer) != 0) {
+                        conn_protocol_error(t, c, "more rendezvous answers owed than a connection holds");
                         return -1;
                     }
                     void *cookie = c->cookie;
                     c->cookie = NULL;
-                    if (c->dst) {
+                    if (answer == OOBX_FRAME_CTS_GO) {
                         c->rv_pending = 1;
                         c->rv_hdr = c->cur;
                         c->rv_dst = c->dst;
                         c->rv_cookie = cookie;
                     } else {
-                        t->p.sink.msg_end(t->p.sink.core, cookie); /* skipped: the payload never comes */
+                        t->p.sink.msg_end(t->p.sink.core, cookie); /* pulled, or skipped: the payload never comes */
                     }
                     conn_flush(t, c);
                     if (c->state == SC_DEAD) return -1;
@@ -689,7 +804,7 @@ static int conn_close_one_of_many(sk_tp_t *t, sk_conn_t *c)
     if (!other || c->rx == RX_BODY || c->rv_pending) return 0;
     sk_peer_t *pp = &t->peers[c->peer];
     if (pp->conn == c) {
-        if (c->sq_head) return 0; /* what was queued on it is lost: a real failure */
+        if (c->sq_head || c->pl_head) return 0; /* what was queued on it is lost: a real failure */
         pp->conn = other;
     }
     conn_retire(t, c);
@@ -1108,7 +1223,7 @@ static void addr_encode(const oobx_sockaddr_t *a, unsigned char out[SK_ADDR_BYTE
 static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a)
 {
     const unsigned char *p = blob;
-    if (len != SK_ADDR_BYTES) return -1;
+    if (len != SK_ADDR_BYTES && len != SK_ADDR_CMA_BYTES) return -1;
     memset(a, 0, sizeof(*a));
     int fam = oobx__get_u16(p);
     int port = oobx__get_u16(p + 2);
@@ -1130,9 +1245,10 @@ static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a)
 static int sk_address(oobx_tp_t *tpp, void *blob, size_t *len)
 {
     sk_tp_t *t = tp_of(tpp);
-    if (*len < SK_ADDR_BYTES) return OOBX_ERR_INVALID;
+    if (*len < SK_ADDR_CMA_BYTES) return OOBX_ERR_INVALID;
     addr_encode(&t->addr, blob);
-    *len = SK_ADDR_BYTES;
+    oobx__cma_encode(&t->cma, (unsigned char *)blob + SK_ADDR_BYTES);
+    *len = SK_ADDR_CMA_BYTES;
     return 0;
 }
 
@@ -1144,6 +1260,9 @@ static int sk_set_peer(oobx_tp_t *tpp, int peer, const void *blob, size_t len)
         return oobx__fail(t->log, OOBX_ERR_PROTOCOL, "socket: the address of rank %d (%zu bytes) does not parse", peer,
                          len);
     t->peers[peer].have_addr = 1;
+    if (len == SK_ADDR_CMA_BYTES) oobx__cma_decode(&t->cma, (const unsigned char *)blob + SK_ADDR_BYTES, &t->peers[peer].cma);
+    else t->peers[peer].cma.state = OOBX_CMA_NO;
+    t->peers[peer].cma_set = 1;
     return 0;
 }
 
@@ -1227,6 +1346,8 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     t->magic = p->magic;
     if (p->secret) memcpy(t->secret, p->secret, OOBX_SECRET_BYTES);
     t->timeout_ms = p->settings->timeout_ms;
+    t->cma_min = p->settings->cma_min;
+    oobx__cma_self_init(&t->cma, t->cma_min > 0);
     t->listen_fd = -1;
     t->rng = oobx__random64();
     t->peers = calloc((size_t)p->nranks, sizeof(*t->peers));

@@ -32,7 +32,7 @@
 #include "log.h"
 #include "settings.h"
 
-#define OOBX_TP_VERSION 5 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left; 5: params.secret */
+#define OOBX_TP_VERSION 6 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left; 5: params.secret; 6: settings.cma_min */
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };

@@ -238,8 +238,12 @@ int oobx__msghdr_decode(const unsigned char *in, size_t len, oobx_msg_hdr_t *h, 
                  oobx__get_u16(in + 30), OOBX_MSGHDR_CHECK);
         return OOBX_ERR_PROTOCOL;
     }
-    uint32_t base = v.kind & ~(uint32_t)OOBX_FRAME_RTS;
-    if (v.kind == OOBX_FRAME_CTS_GO || v.kind == OOBX_FRAME_CTS_SKIP) {
+    uint32_t base = v.kind & ~(uint32_t)(OOBX_FRAME_RTS | OOBX_FRAME_CMA);
+    if ((v.kind & OOBX_FRAME_CMA) && !(v.kind & OOBX_FRAME_RTS)) {
+        snprintf(why, whylen, "pull descriptor without a rendezvous (kind 0x%x)", v.kind);
+        return OOBX_ERR_PROTOCOL;
+    }
+    if (v.kind == OOBX_FRAME_CTS_GO || v.kind == OOBX_FRAME_CTS_SKIP || v.kind == OOBX_FRAME_CTS_DONE) {
         if (v.len != 0) {
             snprintf(why, whylen, "clear-to-send frame with %llu payload bytes", (unsigned long long)v.len);
             return OOBX_ERR_PROTOCOL;

@@ -89,6 +89,12 @@ typedef struct oobx_place {
 #define OOBX_FRAME_CTS_GO 0x200u
 #define OOBX_FRAME_CTS_SKIP 0x201u
 #define OOBX_FRAME_DATA 0x202u /* the payload of the rendezvous told to go (len: its size) */
+/* With OOBX_FRAME_RTS: the receiver may pull the payload from the sender's
+ * memory (cma.h); a 16-byte descriptor follows the header (u64 address, u64
+ * length). The receiver answers CTS_DONE when it did, CTS_GO when it could
+ * not (the payload comes in a DATA frame), CTS_SKIP when it drops it. */
+#define OOBX_FRAME_CMA 0x400u
+#define OOBX_FRAME_CTS_DONE 0x203u
 #define OOBX_MSGHDR_CHECK 0x0b0bu
 #define OOBX_MSG_MAX_LEN (1ull << 44) /* 16 TiB: anything above is garbage */
 

@@ -274,6 +274,7 @@ static void ucx_peer_drop(ucx_tp_t *tp, int peer)
         r = next;
     }
     p->rx_head = p->rx_tail = NULL;
+    ucx_pull_drop(tp, peer);
     /* Sends to it still in UCX's hands fail now: without error handling (same-host
      * peers) UCX may never complete them. The core's record is done; the UCX
      * request finishes (or is cancelled at destroy) on its own. */
@@ -522,6 +523,8 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     tp->nranks = p->nranks;
     tp->magic = p->magic;
     tp->settings = set;
+    tp->cma_min = own.pull ? set->cma_min : 0;
+    oobx__cma_self_init(&tp->cma, tp->cma_min > 0);
     tp->log = p->log;
     tp->sink = p->sink;
     tp->efd = -1;
@@ -820,7 +823,8 @@ static void ucx_destroy(oobx_tp_t *base)
 
 /* The settings this transport owns (parsed at create, listed by oobx-info -c). */
 const oobx_setting_desc_t ucx_settings_table[] = {
-    {"OOBX_UCX_RING", "auto", "UCX ring link: put (registered ring buffer), tag (tag messages), auto (put where RMA is native)", OOBX_SET_STR, offsetof(ucx_settings_t, ring), sizeof(((ucx_settings_t *)0)->ring), 0, 0},
+    {"OOBX_UCX_RING", "auto", "UCX ring link: put (registered ring buffer), tag (tag messages), auto (put where the ring is in shared memory or RMA is native)", OOBX_SET_STR, offsetof(ucx_settings_t, ring), sizeof(((ucx_settings_t *)0)->ring), 0, 0},
+    {"OOBX_UCX_PULL", "0", "1: payloads of OOBX_CMA_MIN bytes or more to a rank of the same host that do not take the ring are read by the receiver from the sender's memory (one copy); 0: UCX's rendezvous carries them (measured faster or as fast, docs/transports/ucx.md)", OOBX_SET_BOOL, offsetof(ucx_settings_t, pull), 0, 0, 0},
     {NULL, NULL, NULL, 0, 0, 0, 0, 0},
 };
 

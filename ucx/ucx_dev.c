@@ -175,7 +175,9 @@ int ucx_address(oobx_tp_t *base, void *blob, size_t *len)
     size_t need = sizeof(ucx_blob_hdr_t) + tp->my_addr_len;
     if (*len < need)
         return oobx__fail(tp->log, OOBX_ERR_INVALID, "ucx: address needs %zu bytes, %zu given", need, *len);
-    *len = ucx_card_encode((uint32_t)getpid(), tp->host, tp->my_addr, tp->my_addr_len, blob, *len);
+    unsigned char cma[OOBX_CMA_ID_BYTES];
+    oobx__cma_encode(&tp->cma, cma);
+    *len = ucx_card_encode((uint32_t)getpid(), tp->host, cma, tp->my_addr, tp->my_addr_len, blob, *len);
     return 0;
 }
 
@@ -197,5 +199,6 @@ int ucx_set_peer(oobx_tp_t *base, int peer, const void *blob, size_t len)
     p->addr_len = card.addr_len;
     snprintf(p->host, sizeof(p->host), "%s", card.host);
     p->pid = card.hdr.pid;
+    oobx__cma_decode(&tp->cma, card.hdr.cma, &p->cma);
     return 0;
 }

@@ -12,6 +12,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "cma.h"
 #include "log.h"
 #include "ringbuf.h"
 #include "tp_common.h"
@@ -42,6 +43,8 @@ typedef struct ucx_sreq {
     int issued;                 /* every operation has been started */
     int poolable;               /* plain size: may go back to the pool */
     int status;
+    struct ucx_sreq *pull_next; /* the peer's PULLs waiting for their answer */
+    uint32_t pull_seq;          /* the sequence number of its PULL */
     unsigned char ctrl[UCX_INLINE_MAX]; /* control message, or header + small payload */
 } ucx_sreq_t;
 
@@ -79,6 +82,8 @@ typedef struct ucx_peer {
     uint32_t tx_seq;        /* tag sequence numbers, this rank -> peer */
     ucx_rrec_t *rx_head, *rx_tail;
     int dirty;              /* on the dirty list */
+    oobx__cma_peer_t cma;   /* its single-copy identity: large payloads are pulled from it */
+    ucx_sreq_t *pull_head, *pull_tail; /* sends whose PULL waits for the answer, in order */
 } ucx_peer_t;
 
 /* Link prev -> me: my registered receive ring. */
@@ -151,6 +156,8 @@ struct ucx_tp {
     ucx_sreq_t *sreq_pool;  /* free send records */
     ucx_rrec_t *rrec_pool;  /* free receive records */
     int nsreq_pool, nrrec_pool;
+    oobx__cma_self_t cma;   /* this rank's single-copy identity */
+    size_t cma_min;         /* OOBX_CMA_MIN */
     int nwatch;             /* peers with watch_pid */
     uint64_t next_watch_ns; /* next look at their pids */
 };
@@ -186,6 +193,7 @@ const char *ucx_ring_mode_name(int m);
 /* The settings the transport owns (ucx.c). */
 typedef struct ucx_settings {
     char ring[16]; /* OOBX_UCX_RING: auto, put, tag */
+    int pull;      /* OOBX_UCX_PULL */
 } ucx_settings_t;
 extern const oobx_setting_desc_t ucx_settings_table[];
 void ucx_describe(FILE *out, const oobx_settings_t *set, const oobx_core_api_t *core);
@@ -205,6 +213,7 @@ void ucx_rrec_free(ucx_rrec_t *r);
 void ucx_protocol_error(ucx_tp_t *tp, int peer, const char *what);
 void ucx_peer_drain(ucx_tp_t *tp, int peer);
 void ucx_probe(ucx_tp_t *tp);
+void ucx_pull_drop(ucx_tp_t *tp, int peer);
 
 #pragma GCC visibility pop
 

@@ -166,6 +166,64 @@ static int ucx_send_tag(ucx_tp_t *tp, int peer, ucp_ep_h ep, ucx_sreq_t *s)
     return 0;
 }
 
+/* A large payload to a peer of this host that can read this process: a
+ * PULL names where it lies, and s is done when the answer comes (ucx.c
+ * describes the protocol). */
+static int ucx_send_pull(ucx_tp_t *tp, int peer, ucp_ep_h ep, ucx_sreq_t *s)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    s->pull_seq = p->tx_seq++;
+    ucx_msg_t m = {.type = UCX_T_PULL, .hdr = s->hdr, .pull_addr = (uint64_t)(uintptr_t)s->payload};
+    size_t n = ucx_msg_encode(&m, s->ctrl, sizeof(s->ctrl));
+    ucp_request_param_t prm = ucx_send_param(s);
+    s->pending++; /* the answer */
+    s->pull_next = NULL;
+    if (p->pull_tail) p->pull_tail->pull_next = s;
+    else p->pull_head = s;
+    p->pull_tail = s;
+    ucx_sreq_track(s, ucp_tag_send_nbx(ep, s->ctrl, n, ucx_tag(UCX_T_PULL, tp->rank, s->pull_seq), &prm));
+    ucx_sreq_issued(s);
+    return 0;
+}
+
+/* The answer to the oldest PULL to peer. */
+static void ucx_pull_answered(ucx_tp_t *tp, int peer, const ucx_pull_ack_t *ack)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    ucx_sreq_t *s = p->pull_head;
+    if (!s || s->pull_seq != ack->seq) {
+        ucx_protocol_error(tp, peer, "an answer to no pull of this rank");
+        return;
+    }
+    p->pull_head = s->pull_next;
+    if (!p->pull_head) p->pull_tail = NULL;
+    if (ack->push) {
+        /* it cannot read this process: the payload goes as DATA, and later ones as HDR + DATA */
+        if (p->cma.state != OOBX_CMA_NO) {
+            p->cma.state = OOBX_CMA_NO;
+            OOBX_INFO(tp->log, "ucx: rank %d cannot read this rank's memory; large payloads to it go through UCX",
+                      peer);
+        }
+        ucp_request_param_t prm = ucx_send_param(s);
+        ucx_sreq_track(s, ucp_tag_send_nbx(p->ep, s->payload, s->hdr.len,
+                                           UCX_TAG_DATA | ucx_tag(0, tp->rank, s->pull_seq), &prm));
+    }
+    ucx_sreq_op_done(s, UCS_OK);
+}
+
+/* The PULLs to a failed peer get no answer: they fail. */
+void ucx_pull_drop(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    while (p->pull_head) {
+        ucx_sreq_t *s = p->pull_head;
+        p->pull_head = s->pull_next;
+        if (!s->status) s->status = oobx__peer_fail_status(&p->fail);
+        ucx_sreq_op_done(s, UCS_OK);
+    }
+    p->pull_tail = NULL;
+}
+
 int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
                     oobx_tp_req_t *req)
 {
@@ -205,6 +263,10 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
      * by UCX's rendezvous, or not at all when the receiver does not want it),
      * unless ring messages wait before it */
     int tag_path = hdr->len <= UCX_EAGER_MAX || hdr->len >= UCX_RING_DIRECT_MIN;
+    int ring_waits = tp->rtx.active && tp->rtx.peer == peer && tp->rtx.q_head;
+    if (tp->cma_min && hdr->len >= tp->cma_min && hdr->len > UCX_EAGER_MAX && p->cma.state != OOBX_CMA_NO &&
+        hdr->kind != OOBX_MSG_CTRL && !ring_waits)
+        return ucx_send_pull(tp, peer, ep, s);
     if (tp->rtx.active && tp->rtx.peer == peer && (!tag_path || tp->rtx.q_head)) {
         if (tp->rtx.q_tail)
             tp->rtx.q_tail->next = s;
@@ -283,6 +345,31 @@ static void ucx_credit_send(ucx_tp_t *tp, uint64_t credit)
     ucx_send_ctrl(tp, tp->rrx.peer, UCX_T_CREDIT, &credit, sizeof(credit));
 }
 
+/* Posts the receive of r's payload (DATA, with r's sequence number) into dst
+ * (NULL: the core drops it, received into nothing). */
+static void ucx_rrec_post_data(ucx_tp_t *tp, ucx_rrec_t *r, void *dst, size_t len)
+{
+    r->complete = 0;
+    r->dropped = dst == NULL;
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.recv = ucx_data_cb,
+        .user_data = r,
+    };
+    ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst ? dst : r->small, dst ? len : 0,
+                                            UCX_TAG_DATA | ucx_tag(0, r->peer, ucx_tag_seq(r->tag)), ~0ull, &prm);
+    if (ptr == NULL) {
+        r->complete = 1;
+    } else if (UCS_PTR_IS_ERR(ptr)) {
+        r->complete = 1;
+        if (!(r->dropped && UCS_PTR_STATUS(ptr) == UCS_ERR_MESSAGE_TRUNCATED))
+            r->status = ucx_status(UCS_PTR_STATUS(ptr));
+    } else {
+        r->data_ureq = ptr;
+        if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->complete = 1;
+    }
+}
+
 /* Handles the head-of-line work of record r (its message has arrived). */
 static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
 {
@@ -308,30 +395,32 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
             if (m.hdr.len && dst) memcpy(dst, m.payload, m.hdr.len);
             return;
         }
-        r->complete = 0;
         /* a payload the core drops: received into nothing, UCX discards it
          * (and a rendezvous sender is told so without sending it) */
-        r->dropped = dst == NULL;
-        ucp_request_param_t prm = {
-            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-            .cb.recv = ucx_data_cb,
-            .user_data = r,
-        };
-        ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, dst ? dst : r->small, dst ? m.hdr.len : 0,
-                                                UCX_TAG_DATA | ucx_tag(0, r->peer, ucx_tag_seq(r->tag)),
-                                                ~0ull, &prm);
-        if (ptr == NULL) {
-            r->complete = 1;
-        } else if (UCS_PTR_IS_ERR(ptr)) {
-            r->complete = 1;
-            if (!(r->dropped && UCS_PTR_STATUS(ptr) == UCS_ERR_MESSAGE_TRUNCATED))
-                r->status = ucx_status(UCS_PTR_STATUS(ptr));
-        } else {
-            r->data_ureq = ptr;
-            if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->complete = 1;
-        }
+        ucx_rrec_post_data(tp, r, dst, m.hdr.len);
         return;
     }
+    case UCX_T_PULL: {
+        void *dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &r->cookie);
+        r->has_msg = 1;
+        ucx_peer_t *p = &tp->peers[r->peer];
+        if (!ucx_peer_known(tp, r->peer)) p->cma.state = OOBX_CMA_NO;
+        ucx_pull_ack_t ack = {.seq = ucx_tag_seq(r->tag), .push = 0};
+        if (dst && !(oobx__cma_check(&p->cma) && oobx__cma_pull(&p->cma, dst, m.pull_addr, m.hdr.len) == 0)) {
+            /* this process cannot read the sender's: it sends the payload */
+            OOBX_INFO(tp->log, "ucx: rank %d sends its large payloads to this rank through UCX: %s", r->peer,
+                      p->cma.why);
+            ack.push = 1;
+        } else if (dst) {
+            OOBX_TRACE(tp->log, "ucx: pulled %llu bytes from rank %d", (unsigned long long)m.hdr.len, r->peer);
+        }
+        ucx_send_ctrl(tp, r->peer, UCX_T_PULL_ACK, &ack, sizeof(ack));
+        if (ack.push) ucx_rrec_post_data(tp, r, dst, m.hdr.len);
+        return;
+    }
+    case UCX_T_PULL_ACK:
+        ucx_pull_answered(tp, r->peer, &m.ack);
+        return;
     case UCX_T_DOORBELL: {
         ucx_ring_rx_t *rx = &tp->rrx;
         ringbuf_rx_ev_t ev;

@@ -14,7 +14,8 @@
 
 /* ---- address card ---------------------------------------------------------------- */
 
-size_t ucx_card_encode(uint32_t pid, const char *host, const void *addr, size_t addr_len, void *out, size_t cap)
+size_t ucx_card_encode(uint32_t pid, const char *host, const unsigned char cma[OOBX_CMA_ID_BYTES], const void *addr,
+                       size_t addr_len, void *out, size_t cap)
 {
     size_t need = sizeof(ucx_blob_hdr_t) + addr_len;
     if (cap < need || addr_len > UINT32_MAX) return 0;
@@ -27,6 +28,7 @@ size_t ucx_card_encode(uint32_t pid, const char *host, const void *addr, size_t 
     h.addr_len = (uint32_t)addr_len;
     size_t hl = strnlen(host, sizeof(h.host) - 1);
     memcpy(h.host, host, hl);
+    if (cma) memcpy(h.cma, cma, sizeof(h.cma));
     memcpy(out, &h, sizeof(h));
     if (addr_len) memcpy((char *)out + sizeof(h), addr, addr_len);
     return need;
@@ -60,6 +62,8 @@ size_t ucx_type_max(int type)
     case UCX_T_DOORBELL: return sizeof(ucx_doorbell_t);
     case UCX_T_CREDIT: return sizeof(uint64_t);
     case UCX_T_SETUP: return UCX_CTRL_MAX;
+    case UCX_T_PULL: return sizeof(ucx_pull_t);
+    case UCX_T_PULL_ACK: return sizeof(ucx_pull_ack_t);
     default: return 0;
     }
 }
@@ -144,6 +148,21 @@ int ucx_msg_decode(int type, const void *buf, size_t len, int src, ucx_msg_t *m,
         if (oobx__ringbuf_geom_check(v.setup.slots, v.setup.slot_bytes, why, whylen)) return OOBX_ERR_PROTOCOL;
         v.rkey = p + sizeof(v.setup);
         break;
+    case UCX_T_PULL: {
+        ucx_pull_t pl;
+        if (len != sizeof(pl)) return ucx_bad(why, whylen, "pull message of the wrong size");
+        memcpy(&pl, p, sizeof(pl));
+        if (pl.hdr.src != src) return ucx_bad(why, whylen, "message header names another sender");
+        if (pl.hdr.len <= UCX_EAGER_MAX) return ucx_bad(why, whylen, "pull message for a small payload");
+        v.hdr = pl.hdr;
+        v.pull_addr = pl.addr;
+        break;
+    }
+    case UCX_T_PULL_ACK:
+        if (len != sizeof(v.ack)) return ucx_bad(why, whylen, "pull answer of the wrong size");
+        memcpy(&v.ack, p, sizeof(v.ack));
+        if (v.ack.push > 1) return ucx_bad(why, whylen, "pull answer that is neither done nor push");
+        break;
     default:
         return ucx_bad(why, whylen, "unknown message type");
     }
@@ -164,6 +183,8 @@ size_t ucx_msg_encode(const ucx_msg_t *m, void *out, size_t cap)
     case UCX_T_DOORBELL: n = sizeof(m->db); break;
     case UCX_T_CREDIT: n = sizeof(m->credit); break;
     case UCX_T_SETUP: n = sizeof(m->setup) + m->setup.rkey_len; break;
+    case UCX_T_PULL: n = sizeof(ucx_pull_t); break;
+    case UCX_T_PULL_ACK: n = sizeof(m->ack); break;
     default: return 0;
     }
     if (cap < n) return 0;
@@ -179,6 +200,12 @@ size_t ucx_msg_encode(const ucx_msg_t *m, void *out, size_t cap)
         memcpy(p, &m->setup, sizeof(m->setup));
         if (m->setup.rkey_len) memcpy(p + sizeof(m->setup), m->rkey, m->setup.rkey_len);
         break;
+    case UCX_T_PULL: {
+        ucx_pull_t pl = {.hdr = m->hdr, .addr = m->pull_addr};
+        memcpy(p, &pl, sizeof(pl));
+        break;
+    }
+    case UCX_T_PULL_ACK: memcpy(p, &m->ack, sizeof(m->ack)); break;
     default: break;
     }
     return n;

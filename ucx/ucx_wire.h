@@ -15,10 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cma.h"
 #include "transport.h"
 
 #define UCX_BLOB_MAGIC 0x5543584fu /* "OXCU" */
-#define UCX_BLOB_VERSION 1
+#define UCX_BLOB_VERSION 2 /* 2: the single-copy identity (cma.h) */
 #define UCX_EAGER_MAX 8192u        /* payload bytes sent in one message */
 #define UCX_RING_DIRECT_MIN (8u << 20) /* ring-link messages this large go as tag messages */
 #define UCX_CTRL_MAX 4096u         /* largest control message (SETUP) */
@@ -32,7 +33,8 @@
 #define UCX_TAG_RANK_MASK ((1ull << 27) - 1)
 #define UCX_RANKS_MAX ((int)UCX_TAG_RANK_MASK)
 
-enum { UCX_T_EAGER = 1, UCX_T_HDR = 2, UCX_T_DOORBELL = 3, UCX_T_CREDIT = 4, UCX_T_SETUP = 5 };
+enum { UCX_T_EAGER = 1, UCX_T_HDR = 2, UCX_T_DOORBELL = 3, UCX_T_CREDIT = 4, UCX_T_SETUP = 5, UCX_T_PULL = 6,
+       UCX_T_PULL_ACK = 7 };
 
 static inline uint64_t ucx_tag(int type, int rank, uint32_t seq)
 {
@@ -51,7 +53,23 @@ typedef struct ucx_blob_hdr {
     uint32_t pid;
     uint32_t addr_len;
     char host[48];
+    unsigned char cma[OOBX_CMA_ID_BYTES]; /* the rank's single-copy identity */
 } ucx_blob_hdr_t;
+
+/* PULL: a message whose payload the receiver reads from the sender's memory
+ * at addr (same host, cma.h), instead of HDR + DATA. */
+typedef struct ucx_pull {
+    oobx_msg_hdr_t hdr;
+    uint64_t addr;
+} ucx_pull_t;
+
+/* PULL_ACK: the receiver's answer to the PULL of sequence number seq: push 0,
+ * it has the payload (or dropped it); push 1, it could not read it: the
+ * sender sends it as DATA with that sequence number. */
+typedef struct ucx_pull_ack {
+    uint32_t seq;
+    uint32_t push;
+} ucx_pull_ack_t;
 
 /* count chunks from seq have landed (their sizes are in their headers) */
 typedef struct ucx_doorbell {
@@ -84,7 +102,8 @@ typedef struct ucx_card {
 
 /* Writes the card of a worker address of process pid on host (cut to 47
  * bytes). Returns its length, or 0 when cap is too small. */
-size_t ucx_card_encode(uint32_t pid, const char *host, const void *addr, size_t addr_len, void *out, size_t cap);
+size_t ucx_card_encode(uint32_t pid, const char *host, const unsigned char cma[OOBX_CMA_ID_BYTES], const void *addr,
+                       size_t addr_len, void *out, size_t cap);
 
 /* 0; OOBX_ERR_PROTOCOL for a card that is not this transport's or is
  * malformed; OOBX_ERR_MISMATCH for another version. The reason goes to why. */
@@ -115,6 +134,8 @@ typedef struct ucx_msg {
     uint64_t credit;              /* CREDIT */
     ucx_setup_t setup;            /* SETUP: a usable geometry ... */
     const unsigned char *rkey;    /* ... and setup.rkey_len > 0 bytes of key inside the message */
+    uint64_t pull_addr;           /* PULL (its header in hdr) */
+    ucx_pull_ack_t ack;           /* PULL_ACK */
 } ucx_msg_t;
 
 /* A message of type type and len bytes from rank src. Checks what needs no

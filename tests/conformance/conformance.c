@@ -793,6 +793,96 @@ static int rank_huge_truncated(harness_rank_t *r)
     return 0;
 }
 
+/* Lines of a file that contain what. */
+static int count_lines(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, what)) n++;
+    if (f) fclose(f);
+    return n;
+}
+
+/* Single-copy payloads between ranks of one host (OOBX_CMA_MIN): sizes
+ * around the threshold and the socket rendezvous, messages that wait
+ * unexpected and are taken out of order, a payload truncated into a small
+ * receive, every byte checked. p.sizes[0] = 1: the receiver (rank 1) turns
+ * single copies off, so the sender's offers are refused and every payload
+ * takes the ordinary path. The receiver's trace log says which payloads it
+ * pulled (the verbs transport pulls none: its rendezvous is an RDMA read). */
+static int rank_single_copy(harness_rank_t *r)
+{
+    int refuse = ((const conf_params_t *)r->arg)->sizes[0] == 1;
+    if (r->rank == 1 && refuse) setenv("OOBX_CMA_MIN", "0", 1);
+    setenv("OOBX_UCX_PULL", "1", 1); /* the UCX transport's pulls too */
+    char logpath[64];
+    snprintf(logpath, sizeof logpath, "/tmp/oobx-single-copy-%d.log", (int)getpid());
+    if (r->rank == 1) {
+        setenv("OOBX_LOG_LEVEL", "trace", 1);
+        setenv("OOBX_LOG_FILE", logpath, 1);
+    }
+    oobx_comm_t c;
+    H_OK(r, harness_comm_init(r, &c));
+    const char *tp = getenv("OOBX_TRANSPORT");
+    int pulls = tp && (strcmp(tp, "socket") == 0 || strcmp(tp, "ucx") == 0);
+    static const size_t sizes[] = {65535, 65536, 65537, 1048579, (8u << 20) + 5};
+    const int nsz = (int)OOBX_ARRAY_SIZE_(sizes), nux = 12;
+    const size_t uxb = 200000, big = 8u << 20;
+    unsigned char *buf = xmalloc(r, big + 64);
+    H_OK(r, oobx_barrier(c));
+    if (r->rank == 0) {
+        for (int k = 0; k < nsz; k++) {
+            harness_fill(buf, sizes[k], 0, (unsigned)k);
+            H_OK(r, oobx_send(c, 1, k, buf, sizes[k]));
+        }
+        /* sent before rank 1 posts their receives: they wait as unexpected messages */
+        for (int k = 0; k < nux; k++) {
+            unsigned char *m = xmalloc(r, uxb);
+            harness_fill(m, uxb, 0, 100u + (unsigned)k);
+            H_OK(r, oobx_send(c, 1, 100 + k, m, uxb));
+            free(m);
+        }
+        harness_fill(buf, big, 0, 200u);
+        H_OK(r, oobx_send(c, 1, 200, buf, big));
+        harness_fill(buf, 1000, 0, 201u);
+        H_OK(r, oobx_send(c, 1, 201, buf, 1000));
+    } else if (r->rank == 1) {
+        for (int k = 0; k < nsz; k++) {
+            size_t got = 0;
+            memset(buf, 0xee, sizes[k] + 16);
+            H_OK(r, oobx_recv(c, 0, k, buf, sizes[k] + 16, &got));
+            H_EQ(r, got, sizes[k], "bytes received");
+            harness_verify(r, buf, sizes[k], 0, (unsigned)k, "single-copy message of %zu B", sizes[k]);
+            if (buf[sizes[k]] != 0xee) H_FAIL(r, "the receive of %zu B wrote past the message", sizes[k]);
+        }
+        usleep(200000);
+        for (int k = nux - 1; k >= 0; k--) {
+            size_t got = 0;
+            H_OK(r, oobx_recv(c, 0, 100 + k, buf, uxb, &got));
+            H_EQ(r, got, uxb, "bytes of an unexpected message");
+            harness_verify(r, buf, uxb, 0, 100u + (unsigned)k, "unexpected message %d", k);
+        }
+        size_t got = 0;
+        H_RC(r, oobx_recv(c, 0, 200, buf, 100000, &got), OOBX_ERR_TRUNCATED);
+        H_OK(r, oobx_recv(c, 0, 201, buf, 1000, &got));
+        harness_verify(r, buf, 1000, 0, 201u, "the message after the truncated one");
+    }
+    free(buf);
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    if (r->rank == 1) {
+        /* every payload of 64 KiB or more but the truncated one: 4 sizes and the unexpected ones */
+        int want = pulls && !refuse ? (nsz - 1) + nux : 0, got = count_lines(logpath, "pulled");
+        unlink(logpath);
+        if (got != want)
+            H_FAIL(r, "rank 1 pulled %d payloads from rank 0's memory, want %d (%s)", got, want,
+                   refuse ? "single copies are off here" : "OOBX_CMA_MIN=64K");
+    }
+    return 0;
+}
+
 /* Adaptive waiting: after quick round trips have taught the endpoint to
  * poll (2 ranks on a host of 2 or more CPUs), a receive that waits 1.5 s
  * must fall back to sleeping: it may cost the CPU of a polling window, not
@@ -1254,6 +1344,10 @@ static void build_cases(conf_suite_t *s)
     add_case(s, "bad_args_n2", rank_bad_args, 2, 1);
     add_case(s, "bad_args_n3_roots2", rank_bad_args, 3, 2);
     add_case(s, "idle_wait_sleeps_n2", rank_idle_wait, 2, 1);
+    c = add_case(s, "single_copy_n2", rank_single_copy, 2, 1);
+    c->p.sizes[c->p.nsizes++] = 0;
+    c = add_case(s, "single_copy_refused_n2", rank_single_copy, 2, 1);
+    c->p.sizes[c->p.nsizes++] = 1;
     c = add_case(s, "huge_send_small_recv_n2", rank_huge_truncated, 2, 1);
     c->p.sizes[c->p.nsizes++] = (size_t)40 << 30;
     c->job.call_timeout_ms = 120000;

@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* re-encoded, the card is the same but for the host name's bytes after its end */
     unsigned char *out = malloc(size);
     if (!out) return 0;
-    size_t n = ucx_card_encode(c.hdr.pid, c.host, c.addr, c.addr_len, out, size);
+    size_t n = ucx_card_encode(c.hdr.pid, c.host, c.hdr.cma, c.addr, c.addr_len, out, size);
     FUZZ_ASSERT(n == size, "re-encoded card of %zu bytes, from %zu", n, size);
     size_t skip_from = offsetof(ucx_blob_hdr_t, host) + hl, skip_to = sizeof(ucx_blob_hdr_t);
     for (size_t i = 0; i < n; i++)

@@ -311,11 +311,11 @@ static void ucx_cards(void)
     unsigned char b[sizeof(ucx_blob_hdr_t) + 200];
     unsigned char addr[200];
     for (size_t i = 0; i < sizeof addr; i++) addr[i] = (unsigned char)(i * 31 + 1);
-    size_t n = ucx_card_encode(4242, "node017.cluster", addr, sizeof addr, b, sizeof b);
+    size_t n = ucx_card_encode(4242, "node017.cluster", NULL, addr, sizeof addr, b, sizeof b);
     put("ucx_card", "card", b, n);
     put("ucx_card", "short", b, n - 1);
     put("ucx_card", "header-only", b, sizeof(ucx_blob_hdr_t));
-    n = ucx_card_encode(1, "a-host-name-longer-than-the-forty-seven-bytes-a-card-holds", addr, 16, b, sizeof b);
+    n = ucx_card_encode(1, "a-host-name-longer-than-the-forty-seven-bytes-a-card-holds", NULL, addr, 16, b, sizeof b);
     put("ucx_card", "long-host", b, n);
     ucx_blob_hdr_t h;
     memcpy(&h, b, sizeof h);
