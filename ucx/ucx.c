@@ -444,7 +444,13 @@ static int ucx_progress(oobx_tp_t *base)
     }
     ucx_probe(tp);
     if (tp->fatal) return tp->fatal;
+    unsigned ctrl_sent = tp->ctrl_sent;
     ucx_drain_dirty(tp);
+    /* what the drain sent (credits, pull answers) leaves now: arming the
+     * worker does not count sends UCX still holds, and a peer may wait on them */
+    if (tp->ctrl_sent != ctrl_sent)
+        for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
+        }
     if (tp->nwatch) ucx_watch_pids(tp);
     if (tp->fail_pending) ucx_report_failures(tp);
     return 0;

@@ -158,6 +158,7 @@ struct ucx_tp {
     int nsreq_pool, nrrec_pool;
     oobx__cma_self_t cma;   /* this rank's single-copy identity */
     size_t cma_min;         /* OOBX_CMA_MIN */
+    unsigned ctrl_sent;     /* control messages sent so far (ucx_send_ctrl) */
     int nwatch;             /* peers with watch_pid */
     uint64_t next_watch_ns; /* next look at their pids */
 };

@@ -130,6 +130,7 @@ void ucx_send_ctrl(ucx_tp_t *tp, int peer, int type, const void *data, size_t le
         return;
     }
     void *buf = len > sizeof(s->ctrl) ? (void *)(s + 1) : (void *)s->ctrl;
+    tp->ctrl_sent++;
     if (len) memcpy(buf, data, len);
     ucp_request_param_t prm = ucx_send_param(s);
     ucx_sreq_track(s, ucp_tag_send_nbx(ep, buf, len, ucx_tag(type, tp->rank, p->tx_seq++), &prm));

@@ -815,7 +815,7 @@ static int count_lines(const char *path, const char *what)
 static int rank_single_copy(harness_rank_t *r)
 {
     int refuse = ((const conf_params_t *)r->arg)->sizes[0] == 1;
-    if (r->rank == 1 && refuse) setenv("OOBX_CMA_MIN", "0", 1);
+    setenv("OOBX_CMA_MIN", r->rank == 1 && refuse ? "0" : "65536", 1);
     setenv("OOBX_UCX_PULL", "1", 1); /* the UCX transport's pulls too */
     char logpath[64];
     snprintf(logpath, sizeof logpath, "/tmp/oobx-single-copy-%d.log", (int)getpid());
