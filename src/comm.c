@@ -85,6 +85,8 @@ static void comm_free(struct oobx_comm *c)
 
 /* ---- transports ---- */
 
+static int online_cpus(void);
+
 static int auto_cmp(const void *a, const void *b)
 {
     const oobx__tp_entry_t *x = *(const oobx__tp_entry_t *const *)a, *y = *(const oobx__tp_entry_t *const *)b;
@@ -102,10 +104,25 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
     const oobx__tp_entry_t *tab = oobx__tp_table(&ntab);
     const oobx__tp_entry_t *order[8];
     int n = 0;
+    char note[160] = " (OOBX_TRANSPORT=auto)";
     if (!strcmp(want, "auto")) {
         for (int i = 0; i < ntab && n < (int)OOBX_ARRAY_SIZE(order); i++)
             if (tab[i].auto_order > 0) order[n++] = &tab[i];
         qsort(order, (size_t)n, sizeof(order[0]), auto_cmp);
+        int ncpu = online_cpus();
+        if (oobx__tp_auto_socket_first(c->v.nranks, c->settings.local_size, ncpu)) {
+            /* the socket first, the others after it in their order */
+            for (int i = 0; i < n; i++)
+                if (order[i]->builtin) {
+                    const oobx__tp_entry_t *s = order[i];
+                    memmove(order + 1, order, (size_t)i * sizeof(order[0]));
+                    order[0] = s;
+                    break;
+                }
+            snprintf(note, sizeof(note),
+                     " (OOBX_TRANSPORT=auto: the launcher puts all %d ranks on this host of %d CPUs)", c->v.nranks,
+                     ncpu);
+        }
     } else {
         order[n] = oobx__tp_find(want);
         if (!order[n]) return oobx__fail(&c->log, OOBX_ERR_INVALID, "rank %d: no transport named \"%s\"", c->v.rank, want);
@@ -122,7 +139,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
         }
         if (rc == 0) {
             *chosen = ops->name;
-            OOBX_INFO(&c->log, "transport %s%s", ops->name, n > 1 ? " (OOBX_TRANSPORT=auto)" : "");
+            OOBX_INFO(&c->log, "transport %s%s", ops->name, n > 1 ? note : "");
             return 0;
         }
         if (n > 1 && i + 1 < n) {

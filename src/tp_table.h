@@ -31,6 +31,15 @@ void oobx__tp_names(char *buf, size_t len);
  * loads and creates an instance. Writes at most max; returns how many. */
 int oobx__tp_auto_order(const oobx__tp_entry_t **order, int max);
 
+/* 1 when OOBX_TRANSPORT=auto takes the socket transport first for a job of
+ * nranks: the launcher puts the whole job on this host (local_size ==
+ * nranks) and it has fewer CPUs (ncpu) than ranks. Then no rank polls, the
+ * wake-up cost of every message is the same for all transports, and UCX's
+ * set-up (its context, worker and endpoints, CPU every rank pays on the
+ * shared cores) only makes init slower (docs/design.md). The same answer on
+ * every rank of the job: one host, one launcher. */
+int oobx__tp_auto_socket_first(int nranks, int local_size, int ncpu);
+
 /* The module directory in effect for s: OOBX_MODULE_DIR, else the one fixed
  * when the library was built (the build tree) or installed ($(LIBDIR)/oobx). */
 const char *oobx__tp_module_dir(const oobx_settings_t *s);

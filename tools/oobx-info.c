@@ -88,6 +88,28 @@ static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state
         }
         printf("      %-7s not used: %s\n", order[k]->name, st[i].why[0] ? st[i].why : "no reason given");
     }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    printf("    but a job whose launcher puts all of its ranks on this host, more of them than its %ld CPUs,\n"
+           "    takes socket first: no rank polls there, the wake-up of every message costs the same on\n"
+           "    every transport, and UCX's set-up only makes init slower (docs/design.md)\n",
+           ncpu);
+    /* Run under a launcher (srun oobx-info, oobx-run -n 64 -- oobx-info): the
+     * rule applied to the job it sees. */
+    oobx_launch_settings_t ls;
+    oobx_launch_t l;
+    char why[1200];
+    if (oobx__settings_parse(oobx__launch_settings_table, &ls, NULL) != 0 ||
+        oobx__launch_detect(oobx__env_process, NULL, ls.launcher, getenv("OOBX_COMM_ID") ? getenv("OOBX_COMM_ID") : "",
+                            &l, why, sizeof(why)) != 0)
+        return;
+    if (l.nranks < 1 || l.local_size < 1) {
+        printf("    this process runs under %s, which does not say how many ranks share this host\n", l.name);
+        return;
+    }
+    int first = oobx__tp_auto_socket_first(l.nranks, l.local_size, (int)ncpu);
+    printf("    this job (%s: %d ranks, %d on this host of %ld CPUs): auto takes %s\n", l.name, l.nranks,
+           l.local_size, ncpu, first ? "socket first" : pick ? pick->name : "none");
 }
 
 /* What a module transport says about this host (its describe op). */

@@ -236,6 +236,30 @@ static int rank_allgather(harness_rank_t *r)
  * host: the explicit id wins and all share one table; 3 as 0 with three
  * roots: each root's block of the host has a table of its own, and a block
  * smaller than the launcher's count is no reason to split it. */
+/* OOBX_TRANSPORT=auto under a launcher that puts the whole job on this
+ * host: with more ranks than CPUs the socket transport comes first (no rank
+ * polls there, and UCX's set-up only costs init time). */
+static int rank_auto_oversubscribed(harness_rank_t *r)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%d", r->rank);
+    setenv("OOBX_LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", r->nranks);
+    setenv("OOBX_LOCAL_SIZE", v, 1);
+    r->cfg.transport = "auto"; /* whatever transport the suite runs */
+    oobx_comm_t c;
+    H_OK(r, harness_comm_init(r, &c));
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *tp = oobx_comm_transport(c);
+    if (r->nranks > ncpu && strcmp(tp, "socket") != 0)
+        H_FAIL(r, "auto took %s for %d ranks on a host of %ld CPUs (launcher: all here); want socket", tp, r->nranks,
+               ncpu);
+    if (r->rank == 0) printf("rank 0: auto took %s for %d ranks on %ld CPUs\n", tp, r->nranks, ncpu);
+    check_allgather(r, c, 100, 9, "auto, oversubscribed");
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
 static int rank_launcher_local(harness_rank_t *r)
 {
     conf_params_t *p = r->arg;
@@ -1344,6 +1368,8 @@ static void build_cases(conf_suite_t *s)
     add_case(s, "bad_args_n2", rank_bad_args, 2, 1);
     add_case(s, "bad_args_n3_roots2", rank_bad_args, 3, 2);
     add_case(s, "idle_wait_sleeps_n2", rank_idle_wait, 2, 1);
+    c = add_case(s, "auto_whole_job_on_host_n16", rank_auto_oversubscribed, 16, 1);
+    c->job.from_env = 1;
     c = add_case(s, "single_copy_n2", rank_single_copy, 2, 1);
     c->p.sizes[c->p.nsizes++] = 0;
     c = add_case(s, "single_copy_refused_n2", rank_single_copy, 2, 1);

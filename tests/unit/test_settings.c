@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "settings.h"
+#include "tp_table.h"
 #include "util.h"
 
 static void clear_env(void)
@@ -182,6 +183,19 @@ static void test_ratelimit(void **state)
     assert_int_equal(rl.suppressed, 95);
 }
 
+/* OOBX_TRANSPORT=auto takes the socket first only for a whole job on one
+ * oversubscribed host, as its launcher says. */
+static void test_auto_socket_first(void **state)
+{
+    (void)state;
+    assert_true(oobx__tp_auto_socket_first(64, 64, 2));
+    assert_true(oobx__tp_auto_socket_first(17, 17, 16));
+    assert_false(oobx__tp_auto_socket_first(16, 16, 16)); /* a core per rank: polling pays */
+    assert_false(oobx__tp_auto_socket_first(64, 32, 2));  /* two hosts: the other may differ */
+    assert_false(oobx__tp_auto_socket_first(64, -1, 2));  /* no launcher word */
+    assert_false(oobx__tp_auto_socket_first(1, 1, 0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_deadlines),
         cmocka_unit_test(test_hash_random),
         cmocka_unit_test(test_ratelimit),
+        cmocka_unit_test(test_auto_socket_first),
     };
     return cmocka_run_group_tests_name("settings", tests, NULL, NULL);
 }
