@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc == 0) {
         FUZZ_ASSERT(ti.peer >= 0 && ti.peer < nranks && ti.peer != self, "sender %d at rank %d of %d", ti.peer, self,
                     nranks);
-        FUZZ_ASSERT(ti.type >= UCX_T_EAGER && ti.type <= UCX_T_SETUP && len <= ucx_type_max(ti.type),
+        FUZZ_ASSERT(ti.type >= UCX_T_EAGER && ti.type <= UCX_T_PULL_ACK && len <= ucx_type_max(ti.type),
                     "type %d of %zu bytes", ti.type, len);
         FUZZ_ASSERT(ucx_tag(ti.type, ti.peer, ti.seq) == tag, "tag 0x%016llx does not survive decode and encode",
                     (unsigned long long)tag);
@@ -74,6 +74,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     "key of %u bytes outside the %zu-byte setup", m.setup.rkey_len, len);
         break;
     }
+    case UCX_T_PULL:
+        FUZZ_ASSERT(m.hdr.src == src && m.hdr.len > UCX_EAGER_MAX && len == sizeof(ucx_pull_t),
+                    "pull of %llu bytes from rank %d", (unsigned long long)m.hdr.len, m.hdr.src);
+        break;
+    case UCX_T_PULL_ACK:
+        FUZZ_ASSERT(m.ack.push <= 1 && len == sizeof(ucx_pull_ack_t), "pull answer push=%u", m.ack.push);
+        break;
     default: FUZZ_ASSERT(0, "accepted type %d", type);
     }
     unsigned char *out = malloc(len ? len : 1);

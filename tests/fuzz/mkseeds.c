@@ -97,6 +97,14 @@ static void msghdrs(void)
     oobx_msg_hdr_t h = {.ctx = 1, .tag = 1, .len = OOBX_MSG_MAX_LEN, .src = 0, .kind = OOBX_MSG_P2P};
     oobx__msghdr_encode(&h, b);
     put("msghdr", "maxlen", b, sizeof b);
+    /* the single-copy frames: a rendezvous offering a pull, its answer */
+    h = (oobx_msg_hdr_t){.ctx = 1, .tag = 3, .len = 1 << 20, .src = 2,
+                         .kind = OOBX_MSG_P2P | OOBX_FRAME_RTS | OOBX_FRAME_CMA};
+    oobx__msghdr_encode(&h, b);
+    put("msghdr", "rts-cma", b, sizeof b);
+    h = (oobx_msg_hdr_t){.ctx = 1, .tag = 3, .len = 0, .src = 2, .kind = OOBX_FRAME_CTS_DONE};
+    oobx__msghdr_encode(&h, b);
+    put("msghdr", "cts-done", b, sizeof b);
 }
 
 static void ids(void)
@@ -382,6 +390,14 @@ static void ucx_ctrls(void)
     m.setup.slots = 64;
     m.setup.rkey_len = 0;
     ucx_ctrl_put("setup-no-key", &m, 3, 0);
+    m.type = UCX_T_PULL;
+    m.hdr = (oobx_msg_hdr_t){.ctx = 5, .tag = 2, .len = 1 << 20, .src = 3, .kind = OOBX_MSG_P2P};
+    m.pull_addr = 0x7f0000400000ull;
+    ucx_ctrl_put("pull", &m, 3, 0);
+    ucx_ctrl_put("pull-cut", &m, 3, 1);
+    m.type = UCX_T_PULL_ACK;
+    m.ack = (ucx_pull_ack_t){.seq = 9, .push = 1};
+    ucx_ctrl_put("pull-ack", &m, 3, 0);
 }
 
 int main(int argc, char **argv)
