@@ -550,7 +550,7 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
             return 0;
         }
         if (w > 0 || (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
-            sk_send_t *s = malloc(sizeof(*s));
+            sk_send_t *s = calloc(1, sizeof(*s)); /* every field zero: not a rendezvous, not piped */
             if (!s) {
                 if (w > 0) conn_fail(t, rc_, OOBX_ERR_NOMEM, "out of memory in the middle of a message");
                 return OOBX_ERR_NOMEM;
