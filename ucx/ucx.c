@@ -234,9 +234,15 @@ ucp_ep_h ucx_peer_ep(ucx_tp_t *tp, int peer)
     }
     if (st != UCS_OK) {
         p->ep = NULL;
-        ucx_peer_fail(tp, peer, OOBX_ERR_REMOTE, "ucx: cannot create an endpoint to rank %d (%s pid %u): %s "
-                      "(check UCX_TLS and UCX_NET_DEVICES)",
-                      peer, p->host, p->pid, ucs_status_string(st));
+        if (same_host && !ucx_pid_alive(p->pid))
+            /* its shared memory went with it: the peer died, not the settings */
+            ucx_peer_fail(tp, peer, OOBX_ERR_REMOTE, "ucx: rank %d (%s pid %u) died: its process is gone (%s "
+                          "creating an endpoint to it)",
+                          peer, p->host, p->pid, ucs_status_string(st));
+        else
+            ucx_peer_fail(tp, peer, OOBX_ERR_REMOTE, "ucx: cannot create an endpoint to rank %d (%s pid %u): %s "
+                          "(check UCX_TLS and UCX_NET_DEVICES)",
+                          peer, p->host, p->pid, ucs_status_string(st));
         return NULL;
     }
     if (same_host) ucx_peer_watch(tp, peer);
