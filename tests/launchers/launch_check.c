@@ -13,6 +13,7 @@
  * With LAUNCH_CHECK_SECOND set, a second oobx_comm_init_from_env is tried
  * while the first communicator lives, and its outcome printed.
  * "launch-check hold PORT" takes TCP port PORT on every address and holds it
+ * (PORT 0: a free one, printed)
  * until killed (the test of the Slurm "port taken" error).
  */
 #include <netinet/in.h>
@@ -49,6 +50,10 @@ static int hold_port(const char *text)
         perror("launch-check hold");
         return 1;
     }
+    /* port 0: one the kernel picks, free at this moment (a fixed one may be
+     * some other process's ephemeral port) */
+    socklen_t alen = sizeof(a);
+    if (port == 0 && getsockname(fd, (struct sockaddr *)&a, &alen) == 0) port = ntohs(a.sin_port);
     printf("launch-check: holding port %d\n", port);
     for (;;) pause();
 }

@@ -87,7 +87,7 @@ for _ in $(seq 100); do
 done
 if [ $up -eq 0 ]; then
     echo "==== Slurm did not come up within 30 s:"
-    tail -5 "$work/slurmctld.log" "$work/slurmd.log" "$work/munged.err" 2>/dev/null
+    tail -n 5 "$work/slurmctld.log" "$work/slurmd.log" "$work/munged.err" 2>/dev/null
     echo "tests: 0 passed, 1 failed, 0 skipped"
     exit 1
 fi
@@ -175,9 +175,12 @@ port=$((29500 + SLURM_JOB_ID % 1000))
 for r in 0 1 2 3; do
     RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         TORCHELASTIC_RUN_ID="slurm-$SLURM_JOB_ID" "$@" &
+    pids="$pids $!"
 done
+# each rank by its pid: wait -n can reap two ranks that end together and
+# then find none (status 127)
 st=0
-for r in 0 1 2 3; do wait -n || st=1; done
+for p in $pids; do wait "$p" || st=1; done
 exit $st
 B
 chmod +x "$work"/*.sh
@@ -187,7 +190,8 @@ demo_job "srun -n 1 + torchrun-style loop of 4" srun -n 1 "$work/torchrun-loop.s
 # torchrun's MASTER_PORT+1 taken by another process's listener, which
 # accepts and says nothing: the root takes the next free port of the window
 # (OOBX_MASTER_PORT_TRIES) and the ranks find it there
-mport=$((41000 + $$ % 4000))
+# below the ephemeral ports (32768-60999), which other processes hold at random
+mport=$((12000 + $$ % 4000))
 "$check" hold $((mport + 1)) >"$work/hold-master.out" 2>&1 &
 mholder=$!
 pids+=($mholder)
@@ -197,9 +201,10 @@ cat > "$work/torchrun-taken.sh" <<B
 for r in 0 1 2 3; do
     RANK=\$r WORLD_SIZE=4 LOCAL_RANK=\$r LOCAL_WORLD_SIZE=4 MASTER_ADDR=localhost MASTER_PORT=$mport \\
         TORCHELASTIC_RUN_ID=taken-$$ "\$@" &
+    pids="\$pids \$!"
 done
 st=0
-for r in 0 1 2 3; do wait -n || st=1; done
+for p in \$pids; do wait "\$p" || st=1; done
 exit \$st
 B
 chmod +x "$work/torchrun-taken.sh"
@@ -217,9 +222,10 @@ port=$((30000 + $$ % 10000))
 key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 for r in 0 1 2 3; do
     OOBX_RANK=$r OOBX_NRANKS=4 OOBX_COMM_ID=127.0.0.1:$port OOBX_JOB_KEY=$key "$@" &
+    pids="$pids $!"
 done
 st=0
-for r in 0 1 2 3; do wait -n || st=1; done
+for p in $pids; do wait "$p" || st=1; done
 exit $st
 B
 chmod +x "$work/plain-env.sh"
@@ -307,11 +313,12 @@ else
 fi
 
 # the Slurm port taken: OOBX_SLURM_PORT_RANGE of one port, which another process holds
-hold=$((40000 + $$ % 5000))
-"$check" hold "$hold" >"$work/hold.out" 2>&1 &
+"$check" hold 0 >"$work/hold.out" 2>&1 &
 holder=$!
 pids+=($holder)
 for _ in $(seq 50); do grep -q holding "$work/hold.out" && break; sleep 0.1; done
+hold=$(sed -n 's/^launch-check: holding port \([0-9]*\)$/\1/p' "$work/hold.out")
+hold=${hold:-0}
 OOBX_SLURM_PORT_RANGE=$hold-$hold timeout -k 5 "$deadline" srun -n 1 "$check" >"$work/taken.log" 2>&1
 rc=$?
 kill "$holder" 2>/dev/null
@@ -324,7 +331,7 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q holding "$work/hold.out" &&
 else
     echo "FAIL srun -n 1 with its port taken (exit status $rc):"
     n_fail=$((n_fail + 1))
-    tail -5 "$work/hold.out" "$work/taken.log" | sed 's/^/    /'
+    tail -n 5 "$work/hold.out" "$work/taken.log" | sed 's/^/    /'
 fi
 
 echo "==== test-launchers: $(($(date +%s) - started)) s"

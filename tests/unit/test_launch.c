@@ -1197,11 +1197,19 @@ static void test_kvs_overlap(void **state)
 
 /* ---- Slurm: the derived port is taken ------------------------------------------------ */
 
+/* The range sits below the kernel's ephemeral ports (32768-60999 by
+ * default), which the other suites' connections hold at random; and a job
+ * whose port is taken all the same (a listener of another test) gives way
+ * to the next job id. */
+#define TAKEN_LO 21000
+#define TAKEN_HI 21999
+
 static int port_taken_child(void *arg)
 {
     (void)arg;
     child_env();
-    setenv("SLURM_JOB_ID", "987654", 1);
+    char job[32] = "", range[32];
+    snprintf(range, sizeof(range), "%d-%d", TAKEN_LO, TAKEN_HI);
     setenv("SLURM_STEP_ID", "3", 1);
     setenv("SLURM_PROCID", "0", 1);
     setenv("SLURM_NTASKS", "1", 1);
@@ -1210,26 +1218,39 @@ static int port_taken_child(void *arg)
     setenv("SLURM_STEP_NODELIST", "127.0.0.1", 1);
     setenv("SLURM_STEP_TASKS_PER_NODE", "1", 1);
     setenv("SLURMD_NODENAME", "127.0.0.1", 1);
-    setenv("OOBX_SLURM_PORT_RANGE", "41000-41999", 1);
-    int port = oobx__slurm_port("slurm:987654.3", 41000, 41999, 0);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    /* past the TIME_WAIT of an earlier run's connections to this root; a
-     * listening socket keeps the port all the same */
-    int one = 1;
-    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    CHILD_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 4) == 0,
-                "cannot take port %d for the test: %s", port, strerror(errno));
+    setenv("OOBX_SLURM_PORT_RANGE", range, 1);
+    int port = -1, fd = -1, err = 0;
+    for (int id = 987654; id < 987654 + 20 && fd < 0; id++) {
+        snprintf(job, sizeof(job), "%d", id);
+        char name[64];
+        snprintf(name, sizeof(name), "slurm:%d.3", id);
+        port = oobx__slurm_port(name, TAKEN_LO, TAKEN_HI, 0);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        /* past the TIME_WAIT of an earlier run's connections to this root; a
+         * listening socket keeps the port all the same */
+        int one = 1;
+        if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 4) != 0)) {
+            err = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    CHILD_CHECK(fd >= 0, "cannot take port %d (nor 19 others) for the test: %s", port, strerror(err));
+    setenv("SLURM_JOB_ID", job, 1);
     oobx_comm_t c;
     int rc = oobx_comm_init_from_env(&c, NULL);
     const char *e = oobx_last_error();
     CHILD_CHECK(rc == OOBX_ERR_UNAVAILABLE, "init with port %d taken: %d (%s)", port, rc, e);
-    char want[64];
+    char want[96];
     snprintf(want, sizeof(want), "port %d is taken", port);
     CHILD_CHECK(strstr(e, want), "no \"%s\" in: %s", want, e);
-    CHILD_CHECK(strstr(e, "Slurm job 987654 step 3"), "no job and step in: %s", e);
-    CHILD_CHECK(strstr(e, "OOBX_SLURM_PORT_RANGE=41000-41999"), "no OOBX_SLURM_PORT_RANGE in: %s", e);
+    snprintf(want, sizeof(want), "Slurm job %s step 3", job);
+    CHILD_CHECK(strstr(e, want), "no \"%s\" in: %s", want, e);
+    snprintf(want, sizeof(want), "OOBX_SLURM_PORT_RANGE=%s", range);
+    CHILD_CHECK(strstr(e, want), "no \"%s\" in: %s", want, e);
     CHILD_CHECK(strstr(e, "Address already in use"), "no cause in: %s", e);
     /* freed, the same port serves the step's root: it was that port */
     close(fd);
