@@ -218,7 +218,7 @@ demo_job "oobx-run -n 8" "$root/$build/bin/oobx-run" -n 8 -- "$demo"
 cat > "$work/plain-env.sh" <<'B'
 #!/bin/bash
 # 4 ranks with OOBX_RANK/OOBX_NRANKS/OOBX_COMM_ID and a job key
-port=$((30000 + $$ % 10000))
+port=$((16000 + $$ % 4000)) # below the ephemeral ports
 key=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 for r in 0 1 2 3; do
     OOBX_RANK=$r OOBX_NRANKS=4 OOBX_COMM_ID=127.0.0.1:$port OOBX_JOB_KEY=$key "$@" &
