@@ -160,6 +160,8 @@ typedef struct ring_run {
     int next;       /* comm rank */
     int err_index;  /* first failed receive, -1 */
     int send_rc;    /* a forward that failed: its text is the thread's last error */
+    coll_landed_fn landed; /* variable mode: told of each item as it lands */
+    void *landed_arg;
 } ring_run_t;
 
 static int ring_progress(void *arg)
@@ -180,6 +182,11 @@ static int ring_progress(void *arg)
             }
             rr->q.ns++;
         }
+        if (rr->landed) {
+            /* variable mode has one chunk per item: item i came from i + 1 ranks back */
+            int slice = (rr->g->me - 1 - rr->next_fwd + rr->g->n) % rr->g->n;
+            rr->landed(rr->landed_arg, member(rr->g, slice), r->buf, r->received);
+        }
         rr->next_fwd++;
     }
     if (send_status(&rr->q) >= 0) return 1;
@@ -187,7 +194,7 @@ static int ring_progress(void *arg)
 }
 
 static int ring_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char *base, size_t stride, size_t bpr,
-                          size_t *lens)
+                          size_t *lens, coll_landed_fn landed, void *landed_arg)
 {
     int n = g->n, me = g->me;
     ring_run_t rr;
@@ -198,6 +205,8 @@ static int ring_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char 
     rr.stride = stride;
     rr.bpr = bpr;
     rr.lens = lens;
+    rr.landed = lens ? landed : NULL;
+    rr.landed_arg = landed_arg;
     rr.chunk = lens ? stride : c->settings->chunk_bytes;
     rr.nch = lens ? 1 : (int)((bpr + rr.chunk - 1) / rr.chunk);
     if (rr.nch < 1) rr.nch = 1;
@@ -431,14 +440,23 @@ int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *
         return rc ? rc : oobx__coll_bcast(c, &s, 0, buf, (size_t)g->n * bpr);
     }
     if (op == COLL_OP_ALLGATHER_BRUCK) return bruck_allgather(c, &s, buf, bpr);
-    return ring_allgather(c, &s, buf, bpr, bpr, NULL);
+    return ring_allgather(c, &s, buf, bpr, bpr, NULL, NULL, NULL);
 }
 
-int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens)
+int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens,
+                               coll_landed_fn landed, void *landed_arg)
 {
     if (g->n == 1) return 0;
     coll_group_t s = with_op(c, g, COLL_OP_ALLGATHERV, 0);
-    return ring_allgather(c, &s, items, cap, cap, lens);
+    return ring_allgather(c, &s, items, cap, cap, lens, landed, landed_arg);
+}
+
+uint64_t oobx__coll_ring_allgatherv_tag(const coll_group_t *g)
+{
+    coll_group_t s = *g;
+    s.op = COLL_OP_ALLGATHERV;
+    s.root = 0;
+    return coll_tag(&s, 0);
 }
 
 /* ---- barrier ---------------------------------------------------------------------------- */

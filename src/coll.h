@@ -27,7 +27,13 @@ int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *
 int oobx__coll_barrier(const oobx__ep_view_t *c, const coll_group_t *g);
 int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, void *buf, size_t bytes);
 /* Ring allgather of variable-length items of at most cap bytes: items[i]
- * (cap bytes each) holds rank i's item, lens[i] its length; used at init. */
-int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens);
+ * (cap bytes each) holds rank i's item, lens[i] its length; used at init.
+ * landed (may be NULL) is told of each item as it arrives, before the call
+ * ends (rank: the item's communicator rank), from the wait's progress. */
+typedef void (*coll_landed_fn)(void *arg, int rank, const char *item, size_t len);
+int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens,
+                               coll_landed_fn landed, void *landed_arg);
+/* The tag of the first message that call sends (its own item, to the next rank). */
+uint64_t oobx__coll_ring_allgatherv_tag(const coll_group_t *g);
 
 #endif

@@ -305,6 +305,71 @@ static const unsigned char *strided_card(void *arg, int r, size_t *len)
     return t->items + (size_t)r * t->cap;
 }
 
+/* The ring predecessor's own card, the first item of the card allgather,
+ * goes to the transport as soon as it is in, so that a failure notice can
+ * go back along the ring where the transport cannot answer on the link the
+ * predecessor opened (UCX, whose endpoints go one way). A card that does
+ * not parse here fails init later, in check_cards. */
+static void take_prev_card(struct oobx_comm *c, const char *item, size_t len)
+{
+    int prev = (c->v.rank - 1 + c->v.nranks) % c->v.nranks;
+    if (len <= CARD_HDR || oobx__get_u16((const unsigned char *)item) != CARD_MAGIC) return;
+    if (c->v.ep->ops->set_peer(c->v.ep->tp, prev, item + CARD_HDR, len - CARD_HDR) == 0) {
+        c->v.ep->talked[prev] = 1;
+        c->prev_card_taken = 1;
+        /* a notice that went out before this address was known: again */
+        if (atomic_load(&c->v.ep->fail_rank) >= 0) c->v.ep->fail_spread = 1;
+    }
+}
+
+static void prev_card_landed(void *arg, int r, const char *item, size_t len)
+{
+    struct oobx_comm *c = arg;
+    if (r == (c->v.rank - 1 + c->v.nranks) % c->v.nranks) take_prev_card(c, item, len);
+}
+
+/* A rank whose ring successor died before the card allgather began gives
+ * up, but lingers: when its predecessor's card comes in meanwhile (it sends
+ * it first, unexpected here), the notice of the death goes back to it. */
+static int prev_card_hook(void *arg)
+{
+    struct oobx_comm *c = arg;
+    int prev = (c->v.rank - 1 + c->v.nranks) % c->v.nranks;
+    size_t len = 0;
+    const void *item = oobx__ep_ux_peek(c->v.ep, c->v.ctx, OOBX_MSG_COLL, prev, c->prev_card_tag, &len);
+    if (!item) return 0;
+    c->v.ep->spreads = 1;
+    take_prev_card(c, item, len);
+    return 1;
+}
+
+/* The card allgather failed on a death (this rank's successor's, seen
+ * here while setting up its link or sending it this rank's card; or
+ * another's, of which a notice came): the job's failure, and the notice
+ * goes back to the predecessor, now or, when its card is not in yet,
+ * while this rank lingers (oobx__comm_init_common's failure path). Lock
+ * held. */
+static void init_flat_lost(struct oobx_comm *c, int next)
+{
+    oobx_ep_t *ep = c->v.ep;
+    char what[600];
+    snprintf(what, sizeof(what), "%s", oobx_last_error());
+    ep->ops->progress(ep->tp); /* the transport's own report of it */
+    /* a ring link no call has used fails no communicator by itself (its
+     * peer may have finished and left); in init it is the job's */
+    if (ep->failed[next]) oobx__ep_peer_lost(ep, next, what);
+    if (!c->prev_card_taken && atomic_load(&ep->fail_rank) >= 0) {
+        if (!c->prev_card_tag) {
+            /* the allgather never began: the call number it would have had */
+            coll_group_t g = {.n = c->v.nranks, .me = c->v.rank, .gid = 0, .seq = c->coll_seq};
+            c->prev_card_tag = oobx__coll_ring_allgatherv_tag(&g);
+        }
+        ep->linger_hook = prev_card_hook;
+        ep->linger_arg = c;
+    }
+    oobx__set_last_error("%s", what);
+}
+
 /* Every rank reports to its root, learns its ring successor, and every card
  * travels the ring of all ranks (N cards through each rank). */
 static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const unsigned char *blob, size_t blob_len)
@@ -344,8 +409,10 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
         lens[rank] = CARD_HDR + blob_len;
         coll_group_t g = whole(c);
-        rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens);
+        c->prev_card_tag = oobx__coll_ring_allgatherv_tag(&g);
+        rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens, prev_card_landed, c);
     }
+    if (rc == OOBX_ERR_REMOTE && nranks > 2) init_flat_lost(c, next);
     strided_t t = {(const unsigned char *)items, cap, lens};
     int hosts = 0, over = 0;
     int host_over = 0;

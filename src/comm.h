@@ -20,6 +20,8 @@ struct oobx_comm {
     oobx__ep_view_t v;  /* endpoint, context, rank and size, rank map, log, cancellation */
     int *ep_rank;       /* owned rank map of a split child (v.ep_rank), or NULL */
     uint32_t coll_seq;
+    uint64_t prev_card_tag; /* init, flat path: the tag of the card the ring predecessor sends first */
+    int prev_card_taken;    /* its address went to the transport */
     uint32_t split_seq;
     struct group_seq {
         uint64_t gid;

@@ -342,7 +342,10 @@ static void send_notice(oobx_ep_t *ep, int t)
     oobx__put_u32(msg, (uint32_t)atomic_load(&ep->fail_rank));
     oobx__put_u32(msg + 4, (uint32_t)ep->fail_status);
     memcpy(msg + CTRL_FAIL_HDR, ep->fail_text, tl);
-    ctrl_send(ep, t, CTRL_FAIL, msg, CTRL_FAIL_HDR + tl, "failure notice");
+    /* in init a notice may open a link (UCX: the predecessor's, whose card
+     * came first): the ranks that give up stay reachable a moment
+     * (INIT_LINGER_MS); later only the links the ranks have carry it */
+    ctrl_send(ep, t, CTRL_FAIL | (ep->ready ? 0 : OOBX_CTRL_MAY_CONNECT), msg, CTRL_FAIL_HDR + tl, "failure notice");
 }
 
 /* The endpoint ranks whose messages posted receives wait for (of context
@@ -1329,9 +1332,18 @@ void oobx__ep_linger(oobx_ep_t *ep, int ms)
             pthread_mutex_lock(&ep->lock);
         }
         ep->ops->progress(ep->tp);
+        if (ep->linger_hook && ep->linger_hook(ep->linger_arg)) ep->linger_hook = NULL;
         oobx__ep_spread(ep);
     }
     pthread_mutex_unlock(&ep->lock);
+}
+
+const void *oobx__ep_ux_peek(oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag, size_t *len)
+{
+    oobx_mq_t *q = mq_find(ep, ctx, kind, src, tag, 0);
+    if (!q || !q->ux_head || !q->ux_head->complete) return NULL;
+    *len = q->ux_head->hdr.len;
+    return q->ux_head->data;
 }
 
 void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed)

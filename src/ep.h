@@ -163,6 +163,9 @@ typedef struct oobx_ep {
     uint64_t ux_max;         /* OOBX_UNEXPECTED_MAX: the most one rank's may hold */
     int ready;               /* an init through this endpoint succeeded: goodbyes are worth sending */
     int spreads;             /* failure notices go out in init: 1 on the links it has (the ring's), 2 to all (cards in) */
+    /* called on each pass of oobx__ep_linger (lock held) until it returns 1 */
+    int (*linger_hook)(void *arg);
+    void *linger_arg;
     /* Probes: a wait that timed out asks the ranks it still waits on whether
      * they answer (CTRL PING); their PONG lists the ranks they wait on. */
     uint32_t probe_seq;
@@ -282,6 +285,9 @@ void oobx__ep_adopt(oobx_ep_t *ep, void *p);
  * a rank that connects to this one only now hears who died instead of
  * finding this rank gone and blaming it. Takes the endpoint lock. */
 void oobx__ep_linger(oobx_ep_t *ep, int ms);
+/* The first complete unexpected message of (ctx, kind, src, tag), left in
+ * its queue; NULL when none is in. Lock held. */
+const void *oobx__ep_ux_peek(oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag, size_t *len);
 void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed);
 
 /* Sleeps until done(arg) is true, making progress. done may post more
