@@ -392,6 +392,8 @@ void oobx__ep_spread(oobx_ep_t *ep)
     if (!ep->fail_spread || !(ep->ready || ep->spreads)) return;
     ep->fail_spread = 0;
     int r = atomic_load(&ep->fail_rank);
+    /* a rank that disagreed on a call is alive and in it: it is told too */
+    if (ep->fail_status == OOBX_ERR_MISMATCH) r = -1;
     int all = ep->ready || ep->spreads > 1; /* else only some addresses are known: the links it has */
     /* to me+1, me+2, me+4, ...: every rank that hears it does the same, so
      * the news reaches all N in about log2(N) steps, along log2(N) paths
