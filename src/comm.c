@@ -85,8 +85,6 @@ static void comm_free(struct oobx_comm *c)
 
 /* ---- transports ---- */
 
-static int online_cpus(void);
-
 static int auto_cmp(const void *a, const void *b)
 {
     const oobx__tp_entry_t *x = *(const oobx__tp_entry_t *const *)a, *y = *(const oobx__tp_entry_t *const *)b;
@@ -109,7 +107,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
         for (int i = 0; i < ntab && n < (int)OOBX_ARRAY_SIZE(order); i++)
             if (tab[i].auto_order > 0) order[n++] = &tab[i];
         qsort(order, (size_t)n, sizeof(order[0]), auto_cmp);
-        int ncpu = online_cpus();
+        int ncpu = oobx__online_cpus();
         if (oobx__tp_auto_socket_first(c->v.nranks, c->settings.local_size, ncpu)) {
             /* the socket first, the others after it in their order */
             for (int i = 0; i < n; i++)
@@ -176,18 +174,10 @@ static uint64_t host_id(const oobx_settings_t *s)
     return oobx__hash64(host, strlen(host), 0x686f7374ull);
 }
 
-static int online_cpus(void)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (ncpu < 1) ncpu = 1;
-    if (ncpu > 65535) ncpu = 65535;
-    return (int)ncpu;
-}
-
 static void card_header(char *out, const oobx_settings_t *s)
 {
     unsigned char *p = (unsigned char *)out;
-    int ncpu = online_cpus();
+    int ncpu = oobx__online_cpus();
     int launcher = !s->host_id[0] && s->local_size > 0 && s->local_size <= 0xffff && s->local_rank >= 0;
     oobx__put_u16(p, CARD_MAGIC);
     oobx__put_u16(p + 2, (uint16_t)ncpu);
@@ -310,9 +300,14 @@ static const unsigned char *strided_card(void *arg, int r, size_t *len)
  * go back along the ring where the transport cannot answer on the link the
  * predecessor opened (UCX, whose endpoints go one way). A card that does
  * not parse here fails init later, in check_cards. */
+static int ring_prev(const struct oobx_comm *c)
+{
+    return (c->v.rank - 1 + c->v.nranks) % c->v.nranks;
+}
+
 static void take_prev_card(struct oobx_comm *c, const char *item, size_t len)
 {
-    int prev = (c->v.rank - 1 + c->v.nranks) % c->v.nranks;
+    int prev = ring_prev(c);
     if (len <= CARD_HDR || oobx__get_u16((const unsigned char *)item) != CARD_MAGIC) return;
     if (c->v.ep->ops->set_peer(c->v.ep->tp, prev, item + CARD_HDR, len - CARD_HDR) == 0) {
         c->v.ep->talked[prev] = 1;
@@ -325,7 +320,7 @@ static void take_prev_card(struct oobx_comm *c, const char *item, size_t len)
 static void prev_card_landed(void *arg, int r, const char *item, size_t len)
 {
     struct oobx_comm *c = arg;
-    if (r == (c->v.rank - 1 + c->v.nranks) % c->v.nranks) take_prev_card(c, item, len);
+    if (r == ring_prev(c)) take_prev_card(c, item, len);
 }
 
 /* A rank whose ring successor died before the card allgather began gives
@@ -334,9 +329,8 @@ static void prev_card_landed(void *arg, int r, const char *item, size_t len)
 static int prev_card_hook(void *arg)
 {
     struct oobx_comm *c = arg;
-    int prev = (c->v.rank - 1 + c->v.nranks) % c->v.nranks;
     size_t len = 0;
-    const void *item = oobx__ep_ux_peek(c->v.ep, c->v.ctx, OOBX_MSG_COLL, prev, c->prev_card_tag, &len);
+    const void *item = oobx__ep_ux_peek(c->v.ep, c->v.ctx, OOBX_MSG_COLL, ring_prev(c), c->prev_card_tag, &len);
     if (!item) return 0;
     c->v.ep->spreads = 1;
     take_prev_card(c, item, len);
@@ -359,11 +353,6 @@ static void init_flat_lost(struct oobx_comm *c, int next)
      * peer may have finished and left); in init it is the job's */
     if (ep->failed[next]) oobx__ep_peer_lost(ep, next, what);
     if (!c->prev_card_taken && atomic_load(&ep->fail_rank) >= 0) {
-        if (!c->prev_card_tag) {
-            /* the allgather never began: the call number it would have had */
-            coll_group_t g = {.n = c->v.nranks, .me = c->v.rank, .gid = 0, .seq = c->coll_seq};
-            c->prev_card_tag = oobx__coll_ring_allgatherv_tag(&g);
-        }
         ep->linger_hook = prev_card_hook;
         ep->linger_arg = c;
     }
@@ -404,12 +393,14 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     char *items = malloc((size_t)nranks * cap);
     size_t *lens = calloc((size_t)nranks, sizeof(*lens));
     if (rc == 0 && (!items || !lens)) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory for %d addresses", nranks);
+    /* its call number also when the link to next failed: the predecessor's
+     * card comes under it all the same (init_flat_lost) */
+    coll_group_t g = whole(c);
+    c->prev_card_tag = oobx__coll_ring_allgatherv_tag(&g);
     if (rc == 0) {
         card_header(items + (size_t)rank * cap, &c->settings);
         memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
         lens[rank] = CARD_HDR + blob_len;
-        coll_group_t g = whole(c);
-        c->prev_card_tag = oobx__coll_ring_allgatherv_tag(&g);
         rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens, prev_card_landed, c);
     }
     if (rc == OOBX_ERR_REMOTE && nranks > 2) init_flat_lost(c, next);
@@ -896,7 +887,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
          * (the launcher's when larger: a host split between two roots' blocks
          * has a table per block) */
         int here = pl.place.local_size > c->settings.local_size ? pl.place.local_size : c->settings.local_size;
-        if (rc == 0) rc = cards_taken(c, over, here > online_cpus(), 0);
+        if (rc == 0) rc = cards_taken(c, over, here > oobx__online_cpus(), 0);
         pthread_mutex_unlock(&c->v.ep->lock);
     }
     if (rc == 0 && c->settings.node_buf > 0) {
@@ -950,7 +941,7 @@ int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, con
     int rc = oobx__ep_create(s, &c->log, &c->v.ep);
     if (rc == 0) rc = oobx__ep_set_size(c->v.ep, rank, nranks);
     /* the launcher's count of this host's ranks decides polling before the cards are in */
-    if (rc == 0 && s->local_size > 0) oobx__ep_set_spin(c->v.ep, s->local_size > online_cpus());
+    if (rc == 0 && s->local_size > 0) oobx__ep_set_spin(c->v.ep, s->local_size > oobx__online_cpus());
     if (rc != 0) {
         comm_release_ep(c);
         comm_free(c);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <sys/random.h>
+#include <unistd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,4 +92,12 @@ void oobx__appendf(char *buf, size_t len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf + used, len - used, fmt, ap);
     va_end(ap);
+}
+
+int oobx__online_cpus(void)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    if (ncpu > 65535) ncpu = 65535;
+    return (int)ncpu;
 }

@@ -20,6 +20,7 @@
 #include "tp_module.h"
 #include "tp_table.h"
 #include "transport.h"
+#include "util.h"
 
 extern char **environ;
 
@@ -88,9 +89,8 @@ static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state
         }
         printf("      %-7s not used: %s\n", order[k]->name, st[i].why[0] ? st[i].why : "no reason given");
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (ncpu < 1) ncpu = 1;
-    printf("    but a job whose launcher puts all of its ranks on this host, more of them than its %ld CPUs,\n"
+    int ncpu = oobx__online_cpus(); /* as init counts them */
+    printf("    but a job whose launcher puts all of its ranks on this host, more of them than its %d CPUs,\n"
            "    takes socket first: no rank polls there, the wake-up of every message costs the same on\n"
            "    every transport, and UCX's set-up only makes init slower (docs/design.md)\n",
            ncpu);
@@ -107,8 +107,8 @@ static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state
         printf("    this process runs under %s, which does not say how many ranks share this host\n", l.name);
         return;
     }
-    int first = oobx__tp_auto_socket_first(l.nranks, l.local_size, (int)ncpu);
-    printf("    this job (%s: %d ranks, %d on this host of %ld CPUs): auto takes %s\n", l.name, l.nranks,
+    int first = oobx__tp_auto_socket_first(l.nranks, l.local_size, ncpu);
+    printf("    this job (%s: %d ranks, %d on this host of %d CPUs): auto takes %s\n", l.name, l.nranks,
            l.local_size, ncpu, first ? "socket first" : pick ? pick->name : "none");
 }
 
