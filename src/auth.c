@@ -88,6 +88,23 @@ void oobx__auth_prove(const unsigned char *secret, oobx_auth_t *a, const unsigne
     oobx__auth_mac(secret, 'C', a, out + OOBX_NONCE_BYTES);
 }
 
+void oobx__auth_prove_counted(const unsigned char *secret, oobx_auth_t *a, const unsigned char hello[32], uint64_t count,
+                              unsigned char out[OOBX_PROOF_BYTES])
+{
+    for (int i = 0; i < 8; i++) a->nonce_c[i] = (unsigned char)(count >> (8 * i));
+    randombytes_buf(a->nonce_c + 8, sizeof(a->nonce_c) - 8);
+    memcpy(a->hello, hello, sizeof(a->hello));
+    memcpy(out, a->nonce_c, OOBX_NONCE_BYTES);
+    oobx__auth_mac(secret, 'C', a, out + OOBX_NONCE_BYTES);
+}
+
+uint64_t oobx__auth_count(const oobx_auth_t *a)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)a->nonce_c[i] << (8 * i);
+    return v;
+}
+
 void oobx__auth_env_secret(const char *identity, const char *list, int nranks, const void *key, size_t keylen,
                            unsigned char out[OOBX_SECRET_BYTES])
 {

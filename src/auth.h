@@ -7,7 +7,16 @@
  * accepts; the connector answers with its hello, its nonce and its proof
  * (mac 'C' over both nonces and the hello, which names its rank); only then
  * does the acceptor prove itself (mac 'A' over the same) in its answer.
- * Nothing sent before the connector's proof is checked depends on the secret.
+ * Nothing sent before the connector's proof is checked depends on the secret
+ * (a socket listener sends nothing at all before it).
+ *
+ * A socket peer connection (socket.c) saves the challenge's trip: the
+ * acceptor's nonce is its listener's instance nonce, which the connector
+ * already has from the acceptor's address (learnt from the root or the
+ * allgather, both authenticated). Its own nonce starts with a count that
+ * grows with every connection it opens; the acceptor takes a proof only
+ * with a count above the last one it took from that rank, so a recorded
+ * hello is no use to anyone a second time.
  */
 #ifndef OOBX_AUTH_H
 #define OOBX_AUTH_H
@@ -45,6 +54,14 @@ void oobx__auth_challenge(oobx_auth_t *a, unsigned char out[OOBX_CHALLENGE_BYTES
 int oobx__auth_challenge_decode(const unsigned char *in, size_t len, oobx_auth_t *a, char *why, size_t whylen);
 void oobx__auth_prove(const unsigned char *secret, oobx_auth_t *a, const unsigned char hello[32],
                       unsigned char out[OOBX_PROOF_BYTES]);
+
+/* The counted proof: a->nonce_a is the acceptor's instance nonce (the caller
+ * sets it); a->nonce_c gets count (8 bytes, little-endian) and 8 random bytes;
+ * out gets nonce_c and mac 'C' over hello. */
+void oobx__auth_prove_counted(const unsigned char *secret, oobx_auth_t *a, const unsigned char hello[32], uint64_t count,
+                              unsigned char out[OOBX_PROOF_BYTES]);
+/* The count in a counted proof's nonce. */
+uint64_t oobx__auth_count(const oobx_auth_t *a);
 
 /* The secret of a job started from the environment: keyed BLAKE2b-128 over the
  * launcher's job identity, the root list and the size, keyed with key (the

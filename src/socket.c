@@ -27,7 +27,8 @@
 #define SK_HELLO_MS 10000         /* an accepted connection must say hello within this */
 #define SK_MAX_PENDING 1024       /* unidentified inbound connections kept at once */
 #define SK_REFUSED_MAX 3          /* connects to a rank's listener refused in a row before it counts as gone */
-#define SK_ADDR_BYTES 24
+#define SK_SOCKADDR_BYTES 24                                   /* family, port, address, scope */
+#define SK_ADDR_BYTES (SK_SOCKADDR_BYTES + OOBX_NONCE_BYTES) /* and the listener's instance nonce */
 #define SK_ADDR_CMA_BYTES (SK_ADDR_BYTES + OOBX_CMA_ID_BYTES) /* with this rank's single-copy identity */
 #define SK_CTL_MAX (1u << 20) /* bytes of CTS frames one connection may owe */
 #define SK_CMA_DESC_BYTES 16 /* after an RTS|CMA header: u64 payload address, u64 its length */
@@ -36,11 +37,12 @@
  * unsent. One round trip is under 1% of such a transfer. */
 #define SK_RNDV_MIN (8u << 20)
 
-/* Connections: the acceptor sends its challenge at once (SC_HELLO_IN waits
- * for the connector's hello and proof); the connector reads the challenge
- * (SC_CHALLENGE), sends hello and proof, and waits for the acceptor's hello
- * and proof (SC_HELLO_OUT). auth.h describes the proofs. */
-enum { SC_CONNECTING, SC_CHALLENGE, SC_HELLO_OUT, SC_HELLO_IN, SC_READY, SC_DEAD, SC_RETRY };
+/* Connections: the connector sends its hello and counted proof as soon as
+ * the connect completes (the acceptor's nonce is the instance nonce in the
+ * acceptor's address) and waits for the acceptor's hello and proof
+ * (SC_HELLO_OUT); the acceptor says nothing before it has checked that proof
+ * (SC_HELLO_IN). auth.h describes the proofs. */
+enum { SC_CONNECTING, SC_HELLO_OUT, SC_HELLO_IN, SC_READY, SC_DEAD, SC_RETRY };
 #define SK_HELLO_IN_BYTES (OOBX_HELLO_BYTES + OOBX_PROOF_BYTES) /* connector -> acceptor */
 #define SK_HELLO_ACK_BYTES (OOBX_HELLO_BYTES + OOBX_MAC_BYTES)  /* acceptor -> connector */
 enum { RX_HDR, RX_BODY };
@@ -104,6 +106,8 @@ typedef struct sk_peer {
     int cma_set;  /* cma holds what the peer's address said */
     int cma_seen; /* the peer pulled a payload of ours: later pulls go without waiting for the answers */
     oobx__cma_peer_t cma;
+    unsigned char inst[OOBX_NONCE_BYTES]; /* its listener's instance nonce, from its address */
+    uint64_t last_count;                  /* the count of the last proof taken from it */
 } sk_peer_t;
 
 typedef struct sk_tp {
@@ -130,6 +134,8 @@ typedef struct sk_tp {
     int nslept;
     oobx__cma_self_t cma; /* this rank's single-copy identity (cma.h) */
     size_t cma_min;       /* OOBX_CMA_MIN */
+    unsigned char inst[OOBX_NONCE_BYTES]; /* this listener's instance nonce (fresh per transport) */
+    uint64_t count;                       /* proofs made: each outgoing connection counts one up */
 } sk_tp_t;
 
 
@@ -799,7 +805,7 @@ static int conn_close_one_of_many(sk_tp_t *t, sk_conn_t *c)
 {
     sk_conn_t *other = NULL;
     for (sk_conn_t *x = t->conns; x; x = x->next_all)
-        if (x != c && x->peer == c->peer && x->fd >= 0 && (x->state == SC_READY || x->state == SC_HELLO_OUT || x->state == SC_CHALLENGE))
+        if (x != c && x->peer == c->peer && x->fd >= 0 && (x->state == SC_READY || x->state == SC_HELLO_OUT))
             other = x;
     if (!other || c->rx == RX_BODY || c->rv_pending) return 0;
     sk_peer_t *pp = &t->peers[c->peer];
@@ -877,7 +883,7 @@ static void conn_take_over(sk_tp_t *t, sk_conn_t *in, sk_peer_t *pp)
 {
     sk_conn_t *out = pp->conn;
     int idle = out->state == SC_RETRY ||
-               (in->peer < t->rank && (out->state == SC_CONNECTING || out->state == SC_CHALLENGE || out->state == SC_HELLO_OUT));
+               (in->peer < t->rank && (out->state == SC_CONNECTING || out->state == SC_HELLO_OUT));
     if (!idle) return;
     in->sq_head = out->sq_head;
     in->sq_tail = out->sq_tail;
@@ -957,12 +963,22 @@ static void conn_hello_in(sk_tp_t *t, sk_conn_t *c)
         conn_drop_stray(t, c, why, 1);
         return;
     }
+    uint64_t count = oobx__auth_count(&c->auth);
+    if (count <= t->peers[h.rank].last_count) {
+        /* a proof seen before: a replay, or (in a clean run, rarely) a
+         * connection the rank gave up and replaced, read after its successor */
+        snprintf(why, sizeof(why), "a proof of rank %d used before (count %llu, last taken %llu)", h.rank,
+                 (unsigned long long)count, (unsigned long long)t->peers[h.rank].last_count);
+        conn_drop_stray(t, c, why, 0);
+        return;
+    }
+    t->peers[h.rank].last_count = count;
     c->peer = h.rank;
     t->npending--;
     unsigned char ack[SK_HELLO_ACK_BYTES];
     hello_make(t, OOBX_HELLO_PEER_ACK, ack);
     oobx__auth_mac(t->secret, 'A', &c->auth, ack + OOBX_HELLO_BYTES);
-    /* 64 bytes into a socket buffer that only held the challenge: done in one call in practice */
+    /* 64 bytes into an empty socket buffer: done in one call in practice */
     ssize_t w = send(c->fd, ack, sizeof(ack), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w != (ssize_t)sizeof(ack)) {
         char what[300];
@@ -984,32 +1000,11 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
             conn_retry_or_fail(t, c, err);
             return;
         }
-        c->state = SC_CHALLENGE;
-        c->hello_n = 0;
-        conn_set_events(t, c);
-        return;
-    }
-    if (c->state == SC_CHALLENGE) {
-        int got = conn_hello_read(c, OOBX_CHALLENGE_BYTES);
-        if (got == HELLO_PARTIAL) return;
-        char why[200];
-        if (got != HELLO_DONE || oobx__auth_challenge_decode(c->hello, OOBX_CHALLENGE_BYTES, &c->auth, why,
-                                                              sizeof(why)) != 0) {
-            /* the listener went away between accept and challenge, or is not an oobx rank */
-            if (got != HELLO_DONE) {
-                conn_retry_or_fail(t, c, got == HELLO_CLOSED ? ECONNRESET : errno);
-                return;
-            }
-            char who[160], what[400];
-            peer_describe(t, c->peer, who, sizeof(who));
-            snprintf(what, sizeof(what), "%s is not the expected peer: %s", who, why);
-            oobx__fail(t->log, OOBX_ERR_MISMATCH, "%s", what);
-            conn_fail(t, c, OOBX_ERR_MISMATCH, what);
-            return;
-        }
         unsigned char out[SK_HELLO_IN_BYTES];
         hello_make(t, OOBX_HELLO_PEER, out);
-        oobx__auth_prove(t->secret, &c->auth, out, out + OOBX_HELLO_BYTES);
+        memcpy(c->auth.nonce_a, t->peers[c->peer].inst, OOBX_NONCE_BYTES);
+        oobx__auth_prove_counted(t->secret, &c->auth, out, ++t->count, out + OOBX_HELLO_BYTES);
+        /* 80 bytes into a fresh connection's empty buffer */
         ssize_t w = send(c->fd, out, sizeof(out), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w != (ssize_t)sizeof(out)) {
             conn_retry_or_fail(t, c, w < 0 ? errno : EAGAIN);
@@ -1017,6 +1012,7 @@ static void conn_hello_out(sk_tp_t *t, sk_conn_t *c, uint32_t ev)
         }
         c->state = SC_HELLO_OUT;
         c->hello_n = 0;
+        conn_set_events(t, c);
         return;
     }
     int got = conn_hello_read(c, SK_HELLO_ACK_BYTES);
@@ -1084,10 +1080,10 @@ static void accept_all(sk_tp_t *t)
         oobx__sock_addr_format(&a, c->name, sizeof(c->name));
         c->deadline = oobx__now_ns() + (uint64_t)SK_HELLO_MS * 1000000ull;
         t->npending++;
-        unsigned char ch[OOBX_CHALLENGE_BYTES];
-        oobx__auth_challenge(&c->auth, ch);
-        if (send(fd, ch, sizeof(ch), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(ch))
-            conn_drop_stray(t, c, "the challenge could not be sent", 0);
+        memcpy(c->auth.nonce_a, t->inst, OOBX_NONCE_BYTES);
+        /* a connector sends its hello as its connect completes: it is often
+         * here already, and read now saves a trip through epoll */
+        conn_hello_in(t, c);
     }
 }
 
@@ -1113,7 +1109,6 @@ static void handle_events(sk_tp_t *t, struct epoll_event *evs, int n)
         switch (c->state) {
         case SC_HELLO_IN: conn_hello_in(t, c); break;
         case SC_CONNECTING:
-        case SC_CHALLENGE:
         case SC_HELLO_OUT: conn_hello_out(t, c, ev); break;
         case SC_READY:
             if (ev & EPOLLOUT) conn_flush(t, c);
@@ -1207,9 +1202,11 @@ static int sk_wait_prepare(oobx_tp_t *tpp, struct pollfd *fds, int max, int *nfd
     return 0;
 }
 
-static void addr_encode(const oobx_sockaddr_t *a, unsigned char out[SK_ADDR_BYTES])
+static void addr_encode(const oobx_sockaddr_t *a, const unsigned char inst[OOBX_NONCE_BYTES],
+                        unsigned char out[SK_ADDR_BYTES])
 {
     memset(out, 0, SK_ADDR_BYTES);
+    memcpy(out + SK_SOCKADDR_BYTES, inst, OOBX_NONCE_BYTES);
     oobx__put_u16(out, (uint16_t)a->sa.sa_family);
     oobx__put_u16(out + 2, (uint16_t)oobx__sock_addr_port(a));
     if (a->sa.sa_family == AF_INET6) {
@@ -1220,7 +1217,7 @@ static void addr_encode(const oobx_sockaddr_t *a, unsigned char out[SK_ADDR_BYTE
     }
 }
 
-static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a)
+static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a, unsigned char inst[OOBX_NONCE_BYTES])
 {
     const unsigned char *p = blob;
     if (len != SK_ADDR_BYTES && len != SK_ADDR_CMA_BYTES) return -1;
@@ -1239,6 +1236,7 @@ static int addr_decode(const void *blob, size_t len, oobx_sockaddr_t *a)
         return -1;
     }
     oobx__sock_addr_set_port(a, port);
+    memcpy(inst, p + SK_SOCKADDR_BYTES, OOBX_NONCE_BYTES);
     return 0;
 }
 
@@ -1246,7 +1244,7 @@ static int sk_address(oobx_tp_t *tpp, void *blob, size_t *len)
 {
     sk_tp_t *t = tp_of(tpp);
     if (*len < SK_ADDR_CMA_BYTES) return OOBX_ERR_INVALID;
-    addr_encode(&t->addr, blob);
+    addr_encode(&t->addr, t->inst, blob);
     oobx__cma_encode(&t->cma, (unsigned char *)blob + SK_ADDR_BYTES);
     *len = SK_ADDR_CMA_BYTES;
     return 0;
@@ -1256,7 +1254,7 @@ static int sk_set_peer(oobx_tp_t *tpp, int peer, const void *blob, size_t len)
 {
     sk_tp_t *t = tp_of(tpp);
     if (peer < 0 || peer >= t->nranks) return OOBX_ERR_INVALID;
-    if (addr_decode(blob, len, &t->peers[peer].addr) != 0)
+    if (addr_decode(blob, len, &t->peers[peer].addr, t->peers[peer].inst) != 0)
         return oobx__fail(t->log, OOBX_ERR_PROTOCOL, "socket: the address of rank %d (%zu bytes) does not parse", peer,
                          len);
     t->peers[peer].have_addr = 1;
@@ -1345,6 +1343,7 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     t->nranks = p->nranks;
     t->magic = p->magic;
     if (p->secret) memcpy(t->secret, p->secret, OOBX_SECRET_BYTES);
+    oobx__auth_random(t->inst, sizeof(t->inst));
     t->timeout_ms = p->settings->timeout_ms;
     t->cma_min = p->settings->cma_min;
     oobx__cma_self_init(&t->cma, t->cma_min > 0);

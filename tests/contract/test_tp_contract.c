@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -1897,6 +1899,157 @@ static int case_teardown(void **state)
     return 0;
 }
 
+/* ---- socket only: a recorded hello is no use twice ---------------------------------- */
+
+/* A relay between one connector and the real listener that keeps a copy of
+ * the connector's first 80 bytes (its hello and counted proof). */
+typedef struct relay {
+    int lfd, stop_fd;
+    struct sockaddr_in to;
+    unsigned char first[80];
+    size_t nfirst;
+    pthread_t th;
+} relay_t;
+
+static void *relay_main(void *arg)
+{
+    relay_t *r = arg;
+    struct pollfd a = {.fd = r->lfd, .events = POLLIN}, stop = {.fd = r->stop_fd, .events = POLLIN};
+    struct pollfd w[2] = {a, stop};
+    if (poll(w, 2, RUN_MS) <= 0 || !(w[0].revents & POLLIN)) return NULL;
+    int cfd = accept(r->lfd, NULL, NULL);
+    if (cfd < 0) return NULL;
+    int sfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (sfd < 0 || connect(sfd, (struct sockaddr *)&r->to, sizeof r->to) != 0) {
+        close(cfd);
+        if (sfd >= 0) close(sfd);
+        return NULL;
+    }
+    for (;;) {
+        struct pollfd f[3] = {{.fd = cfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}, stop};
+        if (poll(f, 3, RUN_MS) <= 0 || f[2].revents) break;
+        unsigned char buf[65536];
+        int done = 0;
+        for (int k = 0; k < 2; k++) {
+            if (!f[k].revents) continue;
+            ssize_t n = recv(f[k].fd, buf, sizeof buf, 0);
+            if (n <= 0) {
+                done = 1;
+                break;
+            }
+            if (k == 0 && r->nfirst < sizeof r->first) {
+                size_t m = (size_t)n < sizeof r->first - r->nfirst ? (size_t)n : sizeof r->first - r->nfirst;
+                memcpy(r->first + r->nfirst, buf, m);
+                r->nfirst += m;
+            }
+            if (write_full(f[1 - k].fd, buf, (size_t)n)) done = 1;
+        }
+        if (done) break;
+    }
+    close(cfd);
+    close(sfd);
+    return NULL;
+}
+
+/* Sends bytes to a new connection to port and progresses the nodes until
+ * the listener closes it; returns the bytes it answered (-1: not closed within 3 s). */
+static long replay_to(node_t *nodes, int n, unsigned port, const unsigned char *b, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(write_full(fd, b, len), 0);
+    long got = 0;
+    uint64_t until = oobx__deadline(3000);
+    for (;;) {
+        progress_all(nodes, n);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10) == 1) {
+            unsigned char in[512];
+            ssize_t k = recv(fd, in, sizeof in, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) break;
+            if (k > 0) got += k;
+        }
+        if (oobx__now_ns() > until) {
+            got = -1;
+            break;
+        }
+    }
+    close(fd);
+    return got;
+}
+
+/* Socket peer connections prove the secret without a challenge (the
+ * acceptor's nonce is in its address): rank 0 reaches rank 1 through a relay
+ * that records its hello and proof; sent again to rank 1's listener, the
+ * recording is refused without a word, and so is the recording with its
+ * count raised (the mac covers it); the job's connections keep working. */
+static void test_socket_replayed_proof(void **state)
+{
+    (void)state;
+    node_t *nodes = nodes_new(3);
+    unsigned char blob[OOBX_ADDR_MAX];
+    size_t len = blob_of(&nodes[1], blob);
+    assert_true(len >= 40);
+    assert_int_equal(blob[0] | blob[1] << 8, AF_INET);
+    unsigned port1 = (unsigned)(blob[2] | blob[3] << 8);
+    relay_t r;
+    memset(&r, 0, sizeof r);
+    r.to.sin_family = AF_INET;
+    r.to.sin_port = htons((uint16_t)port1);
+    memcpy(&r.to.sin_addr, blob + 4, 4);
+    r.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in la = {.sin_family = AF_INET};
+    la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof la;
+    assert_int_equal(bind(r.lfd, (struct sockaddr *)&la, sizeof la), 0);
+    assert_int_equal(listen(r.lfd, 4), 0);
+    assert_int_equal(getsockname(r.lfd, (struct sockaddr *)&la, &sl), 0);
+    int sp[2];
+    assert_int_equal(pipe(sp), 0);
+    r.stop_fd = sp[0];
+    assert_int_equal(pthread_create(&r.th, NULL, relay_main, &r), 0);
+    /* rank 0 knows rank 1 at the relay (same instance nonce, another port) */
+    unsigned char via[OOBX_ADDR_MAX];
+    memcpy(via, blob, len);
+    uint16_t rp = ntohs(la.sin_port);
+    via[2] = (unsigned char)rp, via[3] = (unsigned char)(rp >> 8);
+    assert_int_equal(ops->set_peer(nodes[0].tp, 1, via, len), 0);
+    introduce(&nodes[1], &nodes[0]);
+    introduce(&nodes[2], &nodes[1]);
+    introduce(&nodes[1], &nodes[2]);
+    const size_t sizes[] = {8, 70000};
+    exchange(nodes, 3, 0, 1, sizes, 2);
+    exchange(nodes, 3, 1, 0, sizes, 2);
+    assert_int_equal(r.nfirst, 80);
+    /* the recording: hello type 3 from rank 0 */
+    assert_int_equal(r.first[6], 3);
+    assert_int_equal(r.first[16], 0);
+    long got = replay_to(nodes, 3, port1, r.first, 80);
+    print_message("replayed hello and proof: listener answered %ld bytes before closing\n", got);
+    if (got != 0) fail_msg("a replayed proof got %ld bytes back (want a close without a word)", got);
+    unsigned char bumped[80];
+    memcpy(bumped, r.first, 80);
+    bumped[32] ^= 0x40; /* the count, raised */
+    got = replay_to(nodes, 3, port1, bumped, 80);
+    if (got != 0) fail_msg("a replayed proof with its count raised got %ld bytes back", got);
+    /* nothing failed: both links carry on */
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            if (nodes[i].failed[j]) fail_msg("rank %d saw rank %d fail: %s", i, j, nodes[i].fail_what[j]);
+    exchange(nodes, 3, 0, 1, sizes, 2);
+    exchange(nodes, 3, 2, 1, sizes, 2);
+    exchange(nodes, 3, 1, 2, sizes, 2);
+    nodes_free(nodes, 3);
+    assert_int_equal(write_full(sp[1], "x", 1), 0);
+    pthread_join(r.th, NULL);
+    close(r.lfd);
+    close(sp[0]);
+    close(sp[1]);
+}
+
 #define CASE(f) cmocka_unit_test_setup_teardown(f, case_setup, case_teardown)
 
 int main(void)
@@ -1956,5 +2109,10 @@ int main(void)
     };
     char group[64];
     snprintf(group, sizeof(group), "transport contract: %s", tp_name);
-    return cmocka_run_group_tests_name(group, tests, NULL, NULL);
+    if (strcmp(tp_name, "socket") != 0) return cmocka_run_group_tests_name(group, tests, NULL, NULL);
+    /* the socket transport's own handshake */
+    struct CMUnitTest all[OOBX_ARRAY_SIZE(tests) + 1];
+    memcpy(all, tests, sizeof(tests));
+    all[OOBX_ARRAY_SIZE(tests)] = (struct CMUnitTest)CASE(test_socket_replayed_proof);
+    return _cmocka_run_group_tests(group, all, OOBX_ARRAY_SIZE(all), NULL, NULL);
 }

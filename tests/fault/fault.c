@@ -544,6 +544,7 @@ typedef struct stray {
     int visits;
     uint64_t magic;       /* the job's magic when known (from a unique id), else 0 */
     int challenged;       /* connections that sent the challenge: the attacker spoke the protocol */
+    int peer_refused;     /* forged peer hellos a rank's socket listener closed on without a word */
     int breaches;         /* answers an unauthenticated attacker must never get */
     int leaks;            /* replies that carried the magic */
     char breach[300];     /* the first of them */
@@ -627,22 +628,29 @@ static void stray_keep(stray_t *s, int fd)
         close(fd);
 }
 
-/* Reads what the other side says within ms (at most cap bytes); returns the count. */
-static size_t read_some(int fd, unsigned char *buf, size_t cap, int ms)
+/* Reads what the other side says within ms (at most cap bytes); returns the
+ * count; *closed (when not NULL) says whether it closed (or reset) within ms. */
+static size_t read_some_closed(int fd, unsigned char *buf, size_t cap, int ms, int *closed)
 {
     size_t got = 0;
     double until = harness_now() + ms / 1000.0;
+    if (closed) *closed = 0;
     while (got < cap) {
         int left = (int)((until - harness_now()) * 1000);
         if (left <= 0) break;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, left) <= 0) break;
         ssize_t n = recv(fd, buf + got, cap - got, MSG_DONTWAIT);
-        if (n <= 0) break;
+        if (n <= 0) {
+            if (closed && (n == 0 || (errno != EAGAIN && errno != EINTR))) *closed = 1;
+            if (n == 0 || (errno != EAGAIN && errno != EINTR)) break;
+            continue;
+        }
         got += (size_t)n;
     }
     return got;
 }
+
 
 static int has_magic(const unsigned char *b, size_t n, uint64_t magic)
 {
@@ -658,23 +666,26 @@ static void breach(stray_t *s, unsigned port, const char *what)
     if (!s->breaches++) snprintf(s->breach, sizeof s->breach, "port %u: %s", port, what);
 }
 
+/* 1 when b holds a root's challenge (docs/protocol.md: wire magic, version, "HC"). */
+static int is_challenge(const unsigned char *b, size_t n)
+{
+    return n >= 32 && b[0] == 0x4f && b[1] == 0x30 && b[2] == 0x42 && b[3] == 0x58 && b[6] == 0x48 && b[7] == 0x43;
+}
+
 /* An attacker that knows the protocol, the job's size, ports and magic, but
- * not its secret: it answers the challenge with a forged proof while claiming
- * a rank, as a root client (with a report of 10^8 ranks) and as a peer (with
- * a message header of 2^43 bytes behind it). Whatever comes back must be a
- * refusal that carries no magic. */
-/* Returns 0 when the port sent no challenge (not an oobx listener: a UCX one, say). */
+ * not its secret: it sends a hello with a forged proof at once, claiming a
+ * rank, as a root client (with a report of 10^8 ranks) and as a peer (with a
+ * message header of 2^43 bytes behind it). A root answers with its
+ * challenge, then must refuse; a rank's socket listener (which sends no
+ * challenge: its nonce is in its address) must close without a word.
+ * Whatever comes back must be a refusal that carries no magic. Returns 0
+ * when the port neither challenged nor closed (not an oobx listener: a UCX
+ * one, say). */
 static int proto_attack(stray_t *s, int family, unsigned port, int type, int claim)
 {
     int fd = stray_connect(s, family, port);
     if (fd < 0) return 0;
     unsigned char b[512], in[2048];
-    size_t n = read_some(fd, in, 32, 1500);
-    if (n < 32) {
-        close(fd);
-        return 0;
-    }
-    s->challenged++;
     memset(b, 0, sizeof b);
     hello_bytes(b, 0x5842304fu, 2, (uint16_t)type, s->magic, claim, type == 3 ? 8 : 100000000);
     for (int i = 32; i < 80; i++) b[i] = (unsigned char)(i * 131 + claim); /* nonce and a forged mac */
@@ -698,7 +709,19 @@ static int proto_attack(stray_t *s, int family, unsigned port, int type, int cla
         len = 80 + 28 + 24;
     }
     (void)!send(fd, b, len, MSG_NOSIGNAL);
-    n = read_some(fd, in, sizeof in, 400);
+    int closed = 0;
+    size_t n = read_some_closed(fd, in, sizeof in, 1500, &closed);
+    int challenged = is_challenge(in, n);
+    if (challenged) {
+        s->challenged++;
+        memmove(in, in + 32, n - 32);
+        n -= 32;
+    } else if (closed && n == 0 && type == 3) {
+        s->peer_refused++;
+    } else if (!closed) {
+        close(fd);
+        return 0;
+    }
     if (has_magic(in, n, s->magic)) {
         s->leaks++;
         breach(s, port, "a reply to an unauthenticated client carried the job's magic");
@@ -921,16 +944,20 @@ static void run_stray_test(const char *name, int from_env, int roots)
     snprintf(msg, sizeof msg, "%s", job.msg);
     harness_job_free(&job);
     for (int i = 0; i < s->nfds; i++) close(s->fds[i]);
-    int visits = s->visits, nfds = s->nfds, challenged = s->challenged, breaches = s->breaches;
+    int visits = s->visits, nfds = s->nfds, challenged = s->challenged, breaches = s->breaches,
+        peer_refused = s->peer_refused;
     char first[sizeof s->breach];
     snprintf(first, sizeof first, "%s", s->breach);
     free(s);
-    print_message("  %s: %d listening ports attacked, %d stray connections held open, %d forged handshakes, %d "
-                  "breaches\n",
-                  name, visits, nfds, challenged, breaches);
+    print_message("  %s: %d listening ports attacked, %d stray connections held open, %d forged handshakes "
+                  "challenged by roots, %d refused by rank listeners, %d breaches\n",
+                  name, visits, nfds, challenged, peer_refused, breaches);
     if (v != HARNESS_PASS) fail_msg("%s", msg);
     if (breaches) fail_msg("%s: %d attacks got through; the first: %s", name, breaches, first);
     if (challenged < 4 * roots) fail_msg("%s: only %d forged handshakes got as far as the challenge", name, challenged);
+    /* over sockets every rank listens: most of the 8 are found while the job runs, each refusing two forged peer hellos */
+    if (!strcmp(harness_transport(), "socket") && peer_refused < 8)
+        fail_msg("%s: only %d forged peer hellos were seen refused by the ranks' socket listeners", name, peer_refused);
     /* every root's port at least; the ranks' own listeners come on top where the
      * transport has them (sockets, UCX over TCP; UCX over shared memory has none) */
     if (visits < roots) fail_msg("%s: found only %d listening ports to attack, fewer than its %d roots", name, visits, roots);

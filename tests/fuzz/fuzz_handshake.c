@@ -1,6 +1,7 @@
 /* Fuzz target: the first bytes of a connection, both ways. Read as the
  * connector's first message (hello and proof, checked against a fixed secret
- * and nonce as an acceptor would) and as an acceptor's challenge
+ * and nonce as an acceptor would; a socket peer's counted proof is the same
+ * message, whose nonce starts with the count) and as an acceptor's challenge
  * (oobx__auth_challenge_decode). */
 #include "auth.h"
 #include "fuzz.h"
@@ -39,5 +40,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 "the proof check disagrees with the mac");
     /* the same proof never passes as the other side's */
     if (ok) FUZZ_ASSERT(!oobx__auth_check(fuzz_secret, 'A', &a, mac), "a connector's proof passes as the acceptor's");
+    /* the count an acceptor compares is the nonce's first 8 bytes, little-endian */
+    uint64_t count = 0;
+    for (int i = 7; i >= 0; i--) count = count << 8 | data[OOBX_HELLO_BYTES + i];
+    FUZZ_ASSERT(oobx__auth_count(&a) == count, "the count read is not the nonce's");
     return 0;
 }

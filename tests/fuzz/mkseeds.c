@@ -130,6 +130,8 @@ static void ids(void)
         memset(a.nonce_a, 0x5a, sizeof a.nonce_a);
         oobx__auth_prove(secret, &a, first, first + OOBX_HELLO_BYTES);
         put("handshake", "hello-proof", first, sizeof first);
+        oobx__auth_prove_counted(secret, &a, first, 7, first + OOBX_HELLO_BYTES);
+        put("handshake", "hello-counted", first, sizeof first);
     }
     put("unique_id", "ipv4", id.internal, sizeof id.internal);
     memset(&h, 0, sizeof h);
