@@ -193,6 +193,7 @@ typedef struct root_conn {
     uint64_t hello_deadline;
     int hello_type;
     int authed;        /* the rank proved the secret: answers carry the root's proof */
+    int withdrawn;     /* it sent a withdraw notice (in[]) while waiting for its answer */
     oobx_auth_t auth;
     oobx_report_t rep;
     int src;           /* its source address's slot in src_tab while it has not proved the secret, else -1 */
@@ -205,6 +206,11 @@ typedef struct root_conn {
  * connection is closed before its challenge, and a rank that sees that
  * connects again, later (report_to). The others keep their 10 s. */
 #define ROOT_SRC_SLOTS 512
+/* A rank waiting for its answer that gives up (another root refused it)
+ * says why before it closes: u32 this marker, u32 the text's length (at
+ * most OOBX_REPLY_TEXT_MAX), the text. */
+#define ROOT_WITHDRAW_MAGIC 0x4457584fu /* "OXWD" */
+#define ROOT_WITHDRAW_HDR 8
 #define ROOT_UNPROVED_SRC_MIN 1024 /* per source, or twice the ranks this root serves if more */
 #define ROOT_UNPROVED_MAX 8192     /* all sources together, or the per-source cap if more */
 typedef struct root_src {
@@ -609,35 +615,64 @@ static void conn_read(root_state_t *st, int i)
         else if (c->state == RC_REPORT) c->want = ROOT_HELLO_IN + OOBX_REPORT_BYTES;
         else if (c->state == RC_BLOB) c->want = ROOT_HELLO_IN + OOBX_REPORT_BYTES + c->rep.blob_len;
         else {
-            /* waiting for its answer: the only thing a client may do is close */
-            char b[64];
-            ssize_t n = recv(c->fd, b, sizeof(b), MSG_DONTWAIT);
+            /* waiting for its answer: a client may only withdraw (saying why)
+             * or close. c->in holds what came of the notice (the report was taken): its
+             * header first, then as much text as it says; after it, a close */
+            unsigned char scratch[1];
+            size_t room = c->have < ROOT_WITHDRAW_HDR ? ROOT_WITHDRAW_HDR - c->have
+                                                      : ROOT_WITHDRAW_HDR + oobx__get_u32(c->in + 4) - c->have;
+            unsigned char *to = c->withdrawn ? scratch : c->in + c->have;
+            ssize_t n = recv(c->fd, to, c->withdrawn ? sizeof(scratch) : room, MSG_DONTWAIT);
+            if (n > 0) {
+                if (!c->withdrawn) c->have += (size_t)n;
+                uint32_t tl = c->have >= ROOT_WITHDRAW_HDR ? oobx__get_u32(c->in + 4) : 0;
+                if (c->withdrawn || (c->have >= 4 && oobx__get_u32(c->in) != ROOT_WITHDRAW_MAGIC) ||
+                    tl > OOBX_REPLY_TEXT_MAX) {
+                    if (oobx__ratelimit_ok(&st->stray_rl))
+                        OOBX_WARN(&st->log, "root %s: %s sent bytes while waiting; dropped", st->name, c->peer);
+                    for (int k = 0; k < st->nrecv; k++)
+                        if (st->waiting[k] == i) st->waiting[k] = -1;
+                    conn_close(st, i);
+                    return;
+                }
+                if (c->have < ROOT_WITHDRAW_HDR || c->have < ROOT_WITHDRAW_HDR + tl) continue;
+                c->withdrawn = 1;
+                continue; /* the close follows */
+            }
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
                 OOBX_DEBUG(&st->log, "root %s: %s closed before its answer", st->name, c->peer);
                 for (int k = 0; k < st->nrecv; k++)
                     if (st->waiting[k] == i) st->waiting[k] = -1;
                 int gone = c->rep.rank;
-                char peer[sizeof(c->peer)];
+                char peer[sizeof(c->peer)], said[OOBX_REPLY_TEXT_MAX + 1] = "";
                 snprintf(peer, sizeof(peer), "%s", c->peer);
+                if (c->withdrawn) {
+                    uint32_t tl = oobx__get_u32(c->in + 4);
+                    memcpy(said, c->in + ROOT_WITHDRAW_HDR, tl);
+                    said[tl] = '\0';
+                    for (uint32_t k = 0; k < tl; k++)
+                        if ((unsigned char)said[k] < 0x20 || (unsigned char)said[k] > 0x7e) said[k] = '?';
+                }
                 conn_close(st, i);
                 if (st->node && !st->dead_text[0]) {
                     /* node-aware: the others would wait for its card in vain; they
-                     * and every later reporter hear why at once */
-                    snprintf(st->dead_text, sizeof(st->dead_text),
-                             "rank %d (%s) closed its connection to root %d (%s) before the answer: did it exit or fail?",
-                             gone, peer, st->iroot, st->name);
+                     * and every later reporter hear why at once: the reason the
+                     * rank gave when it withdrew (the origin of the failure), or
+                     * that it went without a word */
+                    if (said[0])
+                        snprintf(st->dead_text, sizeof(st->dead_text), "%.900s (passed on by rank %d, which gave up)",
+                                 said, gone);
+                    else
+                        snprintf(st->dead_text, sizeof(st->dead_text),
+                                 "rank %d (%s) closed its connection to root %d (%s) before the answer: did it exit or "
+                                 "fail?",
+                                 gone, peer, st->iroot, st->name);
                     OOBX_WARN(&st->log, "%s", st->dead_text);
                     int gl = oobx__root_local_id(gone, st->iroot, st->nranks, st->nroots);
                     if (gl >= 0 && gl < st->nrecv) answer_error(st, gl);
                     for (int k = 0; k < st->nrecv; k++)
                         if (st->waiting[k] >= 0) answer_error(st, k);
                 }
-            } else if (n > 0) {
-                if (oobx__ratelimit_ok(&st->stray_rl))
-                    OOBX_WARN(&st->log, "root %s: %s sent bytes while waiting; dropped", st->name, c->peer);
-                for (int k = 0; k < st->nrecv; k++)
-                    if (st->waiting[k] == i) st->waiting[k] = -1;
-                conn_close(st, i);
             }
             return;
         }
@@ -699,6 +734,7 @@ static void conn_read(root_state_t *st, int i)
         } else {
             memmove(c->in, c->in + ROOT_HELLO_IN, OOBX_REPORT_BYTES + c->rep.blob_len);
             take_report(st, i);
+            c->have = 0; /* the report was copied: in[] may take a withdraw notice */
             return;
         }
     }
@@ -847,7 +883,13 @@ static void *root_main(void *arg)
     int timed_out = 0;
     st->t_start = oobx__now_ns();
     for (;;) {
-        if (st->nranks && st->nreplied == st->n2send) {
+        /* node-aware, after a rank died: the extra reporter (the next
+         * block's first rank) is owed the news too, however late it comes,
+         * until the deadline; else it would wait out its timeout on a root
+         * that stopped serving */
+        int extra_owed = st->nranks && st->node == 1 && st->dead_text[0] && st->nrecv > st->n2send &&
+                         !st->replied[st->n2send];
+        if (st->nranks && st->nreplied == st->n2send && !extra_owed) {
             /* everybody answered: flush what is still queued, then end */
             int pending = 0;
             for (int i = 0; i < st->nconns; i++)
@@ -1204,9 +1246,10 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     return OOBX_SUCCESS;
 }
 
-/* Reads a reply; status 0 fills out (cap bytes) and out_len, an error reply becomes why. */
+/* Reads a reply; status 0 fills out (cap bytes) and out_len, an error reply
+ * becomes why (and its text alone, raw, when not NULL). */
 static int read_reply(const root_client_t *c, int iroot, int fd, const oobx_auth_t *auth, void *out, size_t cap,
-                      size_t *out_len, char *why, size_t whylen)
+                      size_t *out_len, char *why, size_t whylen, char *raw, size_t rawlen)
 {
     char name[96], sub[512];
     oobx__sock_addr_format(&c->roots[iroot].addr, name, sizeof(name));
@@ -1256,10 +1299,27 @@ static int read_reply(const root_client_t *c, int iroot, int fd, const oobx_auth
     if (r.status != 0) {
         text[r.len] = '\0';
         snprintf(why, whylen, "root %d at %s refused rank %d: %s", iroot, name, c->rank, text);
+        if (raw) snprintf(raw, rawlen, "%s", text);
         return r.status;
     }
     if (out_len) *out_len = r.len;
     return OOBX_SUCCESS;
+}
+
+/* Tells a root that waits to answer this rank that it gives up, and why
+ * (the withdraw notice, above), then closes the connection. */
+static void withdraw(int fd, const char *text)
+{
+    if (fd < 0) return;
+    unsigned char b[ROOT_WITHDRAW_HDR + OOBX_REPLY_TEXT_MAX];
+    size_t tl = strlen(text);
+    if (tl > OOBX_REPLY_TEXT_MAX) tl = OOBX_REPLY_TEXT_MAX;
+    oobx__put_u32(b, ROOT_WITHDRAW_MAGIC);
+    oobx__put_u32(b + 4, (uint32_t)tl);
+    memcpy(b + ROOT_WITHDRAW_HDR, text, tl);
+    /* a few hundred bytes into a socket buffer that holds only the report: one call */
+    (void)!send(fd, b, ROOT_WITHDRAW_HDR + tl, MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(fd);
 }
 
 /* Both kinds of rendezvous: stagger, report to the rank's root (and, for the
@@ -1288,29 +1348,53 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
     }
     *delay_s = (oobx__now_ns() - t0) / 1e9;
 
-    int fd = -1;
-    oobx_auth_t auth, eauth;
-    int rc = report_to(c, myroot, c->rank, type, &fd, &auth, why, sizeof(why));
+    /* [0]: the own root; [1]: the previous root, for the first rank of a block
+     * (the successor of the previous block's last rank) when there are several */
+    int fds[2] = {-1, -1}, iroots[2] = {myroot, -1};
+    oobx_auth_t auths[2];
+    int rc = report_to(c, myroot, c->rank, type, &fds[0], &auths[0], why, sizeof(why));
     if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
     if (elen) *elen = 0;
     if (c->nroots > 1 && local == 0) {
-        /* the first rank of a block is also the successor of the previous block's last rank */
         int prev_rank = (c->rank - 1 + c->nranks) % c->nranks;
-        int prev_root = oobx__root_of_rank(prev_rank, c->nranks, c->nroots);
-        int efd = -1;
-        rc = report_to(c, prev_root, prev_rank + 1, extra_type, &efd, &eauth, why, sizeof(why));
-        if (rc == 0) {
-            rc = read_reply(c, prev_root, efd, &eauth, eout, ecap, elen, why, sizeof(why));
-            close(efd);
-        }
+        iroots[1] = oobx__root_of_rank(prev_rank, c->nranks, c->nroots);
+        rc = report_to(c, iroots[1], prev_rank + 1, extra_type, &fds[1], &auths[1], why, sizeof(why));
         if (rc != 0) {
-            close(fd);
+            withdraw(fds[0], why);
             return oobx__fail(c->log, rc, "%s", why);
         }
     }
-    rc = read_reply(c, myroot, fd, &auth, out, cap, len, why, sizeof(why));
-    close(fd);
-    if (rc != 0) return oobx__fail(c->log, rc, "%s", why);
+    /* both answers as they come: a refusal from either is this rank's
+     * failure at once, and the other root hears why (a withdraw notice), so
+     * that it tells its ranks the origin, not that this rank went away */
+    while (fds[0] >= 0 || fds[1] >= 0) {
+        struct pollfd p[2];
+        int np = 0, idx[2];
+        for (int k = 0; k < 2; k++)
+            if (fds[k] >= 0) p[np] = (struct pollfd){.fd = fds[k], .events = POLLIN}, idx[np++] = k;
+        int cs = oobx__sock_cancel_status(c->cancel), ready = 0;
+        if (!cs) {
+            ready = poll(p, (nfds_t)np, oobx__sock_wait_ms(c->cancel));
+            if (ready < 0 && errno != EINTR) cs = OOBX_ERR_SYSTEM;
+            if (ready <= 0 && !cs) continue;
+        }
+        for (int j = 0; j < np; j++) {
+            int k = idx[j];
+            /* cancelled or past the deadline: read_reply says so, naming the root */
+            if (!cs && !p[j].revents) continue;
+            char raw[OOBX_REPLY_TEXT_MAX + 1] = "";
+            rc = k == 0 ? read_reply(c, iroots[0], fds[0], &auths[0], out, cap, len, why, sizeof(why), raw, sizeof(raw))
+                        : read_reply(c, iroots[1], fds[1], &auths[1], eout, ecap, elen, why, sizeof(why), raw,
+                                     sizeof(raw));
+            close(fds[k]);
+            fds[k] = -1;
+            if (rc != 0) {
+                if (fds[1 - k] >= 0) withdraw(fds[1 - k], raw[0] ? raw : why);
+                return oobx__fail(c->log, rc, "%s", why);
+            }
+            break; /* poll again for the other */
+        }
+    }
     if (*len == 0)
         return oobx__fail(c->log, OOBX_ERR_PROTOCOL, "rank %d: root %d answered with nothing", c->rank, myroot);
     return OOBX_SUCCESS;
