@@ -825,6 +825,20 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     double delay = 0;
     int rc = oobx__root_exchange_node(&rcl, &pl, &delay);
     if (rc != 0) {
+        if (pl.placed_then_failed) {
+            /* placed by its own root, then refused by the other one: the
+             * host's ranks will look for this rank in their table; it goes
+             * there to say why, so that they do not wait out the timeout */
+            char text[1024];
+            snprintf(text, sizeof(text), "%s", oobx_last_error());
+            oobx__node_params_t np = {.job = c->v.ctx, .epoch = pl.place.epoch, .host = pl.place.host, .rank = rank,
+                                      .nranks = nranks, .local_index = pl.place.local_index,
+                                      .local_size = pl.place.local_size, .leader = pl.place.leader,
+                                      .card_cap = CARD_HDR + OOBX_ADDR_MAX, .data_bytes = c->settings.node_buf,
+                                      .dir = c->settings.node_dir, .log = &c->log, .cancel = cancel};
+            oobx__node_tell_failure(&np, rc, text);
+            oobx__set_last_error("%s", text);
+        }
         oobx__root_placement_free(&pl);
         return rc;
     }

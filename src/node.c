@@ -294,10 +294,9 @@ size_t oobx__node_size(const oobx__node_params_t *p)
     return n.size;
 }
 
-int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, oobx__node_t **out)
+/* Maps the host's table (creating it if first), or fails. */
+static int segment_open(const oobx__node_params_t *p, oobx__node_t **out)
 {
-    if (len == 0 || len > p->card_cap)
-        return oobx__fail(p->log, OOBX_ERR_INVALID, "rank %d: a card of %zu bytes (1..%zu)", p->rank, len, p->card_cap);
     oobx__node_t *n = calloc(1, sizeof(*n));
     if (!n) return oobx__fail(p->log, OOBX_ERR_NOMEM, "rank %d: out of memory", p->rank);
     n->p = *p;
@@ -331,6 +330,17 @@ int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, 
         free(n);
         return rc;
     }
+    *out = n;
+    return 0;
+}
+
+int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, oobx__node_t **out)
+{
+    if (len == 0 || len > p->card_cap)
+        return oobx__fail(p->log, OOBX_ERR_INVALID, "rank %d: a card of %zu bytes (1..%zu)", p->rank, len, p->card_cap);
+    oobx__node_t *n = NULL;
+    int rc = segment_open(p, &n);
+    if (rc != 0) return rc;
     node_member_t *me = member(n, p->local_index);
     __atomic_store_n(&me->rank, p->rank, __ATOMIC_RELAXED);
     __atomic_store_n(&me->pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
@@ -398,6 +408,14 @@ int oobx__node_wait_members(oobx__node_t *n, const int *members)
     for (;;) {
         uint32_t r = __atomic_load_n(&h->ready, __ATOMIC_ACQUIRE);
         if (r >= (uint32_t)n->p.local_size) return 0;
+        int32_t st = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+        if (st < 0) {
+            /* a member's init failed after its root had placed it here: it said why */
+            char text[NODE_ERROR_MAX];
+            snprintf(text, sizeof(text), "%s", h->error);
+            return oobx__fail(n->p.log, st, "rank %d, leader of this host's %d ranks: a member failed: %s", n->p.rank,
+                              n->p.local_size, text);
+        }
         int check = time_to_check(&check_at);
         for (int k = 0; check && k < n->p.local_size; k++) {
             node_member_t *m = member(n, k);
@@ -440,6 +458,18 @@ void oobx__node_summary(const oobx__node_t *n, int *hosts, int *over)
     *over = (int)hdr(n)->over;
 }
 
+void oobx__node_tell_failure(const oobx__node_params_t *p, int status, const char *text)
+{
+    oobx__node_t *n = NULL;
+    if (p->local_size <= 1 || segment_open(p, &n) != 0) return;
+    /* counted as one that mapped it (the name goes when all have), never as ready */
+    if (__atomic_add_fetch(&hdr(n)->opened, 1, __ATOMIC_ACQ_REL) == (uint32_t)p->local_size && n->named)
+        unlink(n->path);
+    oobx__node_finish(n, status, text);
+    wake_all(&hdr(n)->ready);
+    oobx__node_leave(n);
+}
+
 void oobx__node_finish(oobx__node_t *n, int status, const char *text)
 {
     node_hdr_t *h = hdr(n);
@@ -458,8 +488,8 @@ int oobx__node_wait_finish(oobx__node_t *n)
         if (st < 0) {
             char text[NODE_ERROR_MAX];
             snprintf(text, sizeof(text), "%s", h->error);
-            return oobx__fail(n->p.log, st, "rank %d: rank %d, the leader of this host's ranks, failed: %s", n->p.rank,
-                              n->p.leader, text);
+            return oobx__fail(n->p.log, st, "rank %d: the exchange of this host's ranks (led by rank %d) failed: %s",
+                              n->p.rank, n->p.leader, text);
         }
         uint32_t lpid = __atomic_load_n(&member(n, 0)->pid, __ATOMIC_ACQUIRE);
         /* (the state read again: a leader that finished and exited since is not dead to this wait) */

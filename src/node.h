@@ -62,6 +62,10 @@ void oobx__node_summary(const oobx__node_t *n, int *hosts, int *over);
 /* Leader: the table is complete (status 0), or the exchange failed (status
  * < 0, text says why): wakes the members. */
 void oobx__node_finish(oobx__node_t *n, int status, const char *text);
+/* A rank that its root placed in this host's table but whose init failed
+ * before it joined (the other root refused it) marks the table failed with
+ * text: the leader's and the members' waits end with it at once. */
+void oobx__node_tell_failure(const oobx__node_params_t *p, int status, const char *text);
 
 /* Member: waits until the leader finishes; its failure becomes this rank's. */
 int oobx__node_wait_finish(oobx__node_t *n);

@@ -659,14 +659,17 @@ static void conn_read(root_state_t *st, int i)
                      * and every later reporter hear why at once: the reason the
                      * rank gave when it withdrew (the origin of the failure), or
                      * that it went without a word */
+                    /* (an extra reporter counts itself one past the block's
+                     * last rank: rank 0 as nranks; named by its own number) */
+                    int who = st->nranks > 0 ? gone % st->nranks : gone;
                     if (said[0])
                         snprintf(st->dead_text, sizeof(st->dead_text), "%.900s (passed on by rank %d, which gave up)",
-                                 said, gone);
+                                 said, who);
                     else
                         snprintf(st->dead_text, sizeof(st->dead_text),
                                  "rank %d (%s) closed its connection to root %d (%s) before the answer: did it exit or "
                                  "fail?",
-                                 gone, peer, st->iroot, st->name);
+                                 who, peer, st->iroot, st->name);
                     OOBX_WARN(&st->log, "%s", st->dead_text);
                     int gl = oobx__root_local_id(gone, st->iroot, st->nranks, st->nroots);
                     if (gl >= 0 && gl < st->nrecv) answer_error(st, gl);
@@ -1307,8 +1310,9 @@ static int read_reply(const root_client_t *c, int iroot, int fd, const oobx_auth
 }
 
 /* Tells a root that waits to answer this rank that it gives up, and why
- * (the withdraw notice, above), then closes the connection. */
-static void withdraw(int fd, const char *text)
+ * (the withdraw notice, above), and ends its side of the connection; the
+ * caller reads what the root still sends, or closes. */
+static void withdraw_notice(int fd, const char *text)
 {
     if (fd < 0) return;
     unsigned char b[ROOT_WITHDRAW_HDR + OOBX_REPLY_TEXT_MAX];
@@ -1319,6 +1323,13 @@ static void withdraw(int fd, const char *text)
     memcpy(b + ROOT_WITHDRAW_HDR, text, tl);
     /* a few hundred bytes into a socket buffer that holds only the report: one call */
     (void)!send(fd, b, ROOT_WITHDRAW_HDR + tl, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+}
+
+static void withdraw(int fd, const char *text)
+{
+    if (fd < 0) return;
+    withdraw_notice(fd, text);
     close(fd);
 }
 
@@ -1388,7 +1399,25 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
                                      sizeof(raw));
             close(fds[k]);
             fds[k] = -1;
+            if (rc != 0 && k == 1 && fds[0] >= 0) {
+                /* the previous root refused: the own root hears why; if it
+                 * had answered already (the block placed), that answer comes
+                 * before its close, and *len says so to the caller (the
+                 * host's ranks wait for this rank and must be told) */
+                withdraw_notice(fds[0], raw[0] ? raw : why);
+                oobx_cancel_t brief = c->cancel ? *c->cancel : (oobx_cancel_t){.deadline_ns = UINT64_MAX};
+                uint64_t soon = oobx__deadline(1000);
+                if (soon < brief.deadline_ns) brief.deadline_ns = soon;
+                root_client_t cb = *c;
+                cb.cancel = &brief;
+                char why2[600];
+                if (read_reply(&cb, iroots[0], fds[0], &auths[0], out, cap, len, why2, sizeof(why2), NULL, 0) != 0)
+                    *len = 0;
+                close(fds[0]);
+                return oobx__fail(c->log, rc, "%s", why);
+            }
             if (rc != 0) {
+                if (k == 0 && len) *len = 0; /* (an answer of the own root read before stays: see above) */
                 if (fds[1 - k] >= 0) withdraw(fds[1 - k], raw[0] ? raw : why);
                 return oobx__fail(c->log, rc, "%s", why);
             }
@@ -1415,8 +1444,16 @@ int oobx__root_exchange_node(const root_client_t *c, root_placement_t *out, doub
     int rc = exchange(c, OOBX_HELLO_ROOT_NODE, OOBX_HELLO_ROOT_NODE_EXTRA, out->raw, cap, &len, prev, sizeof(prev),
                       &elen, delay_s);
     char why[300];
-    if (rc == 0) rc = oobx__place_decode(out->raw, len, c->nranks, &out->place, why, sizeof(why));
-    else return rc;
+    if (rc != 0) {
+        /* the other root refused this rank after its own had placed it */
+        char lasterr[sizeof(why)];
+        snprintf(lasterr, sizeof(lasterr), "%s", oobx_last_error());
+        if (len > 0 && oobx__place_decode(out->raw, len, c->nranks, &out->place, why, sizeof(why)) == 0)
+            out->placed_then_failed = 1;
+        oobx__set_last_error("%s", lasterr);
+        return rc;
+    }
+    rc = oobx__place_decode(out->raw, len, c->nranks, &out->place, why, sizeof(why));
     if (rc != 0) return oobx__fail(c->log, rc, "rank %d: its root's answer: %s", c->rank, why);
     if (out->place.local_index == 0) {
         out->members = out->raw + OOBX_PLACE_BYTES;

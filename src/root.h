@@ -75,12 +75,15 @@ typedef struct root_client {
 int oobx__root_exchange(const root_client_t *c, void *next, size_t *next_len, double *delay_s);
 
 /* The node-aware rendezvous (blob: the rank's whole card, whose header holds
- * its host id): the answer places the rank in its host's group. */
+ * its host id): the answer places the rank in its host's group. On failure,
+ * out->placed_then_failed says whether out->place is valid all the same. */
 typedef struct root_placement {
     oobx_place_t place;
     const unsigned char *members;   /* leaders: place.nmembers u32 ranks */
     const unsigned char *next_card; /* leaders: place.next_len bytes, the next leader's card */
     unsigned char *raw;             /* owns the answer */
+    int placed_then_failed;         /* exchange failed (the other root refused this rank), yet its own root had
+                                       placed it: place holds where, so that the host's ranks can be told */
 } root_placement_t;
 int oobx__root_exchange_node(const root_client_t *c, root_placement_t *out, double *delay_s);
 void oobx__root_placement_free(root_placement_t *p);
