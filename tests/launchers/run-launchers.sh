@@ -6,7 +6,8 @@
 # mpirun, mpiexec.hydra, srun, srun --mpi=pmix, sbatch + mpirun, sbatch +
 # mpiexec, srun -n 1 + a torchrun-style loop, oobx-run and a plain-environment
 # loop; then a second communicator under mpirun and mpiexec, and srun with
-# its Slurm port taken. A job past its deadline fails naming the ranks that
+# its Slurm port taken; and mpiexec.hydra and mpirun on two emulated nodes
+# (network namespaces). A job past its deadline fails naming the ranks that
 # did not finish. Every command of docs/launchers.md is one of these.
 #   bash tests/launchers/run-launchers.sh BUILD
 set -uo pipefail
@@ -277,8 +278,11 @@ nodes_up() {
 }
 cat > "$work/netns-ssh" <<'B'
 #!/bin/bash
-# ssh for hydra: [options] HOST COMMAND... runs COMMAND in network namespace
-# HOST; with NETNS_SSH_HOST_ID set, the node's ranks get OOBX_HOST_ID=HOST
+# ssh for hydra and Open MPI: [options] HOST COMMAND... runs COMMAND in
+# network namespace HOST, with a temporary directory of the node's own (as a
+# real node has: Open MPI keeps its session directory, hwloc's shared
+# topology and PMIx's store there, by host name, which the nodes share); with
+# NETNS_SSH_HOST_ID set, the node's ranks get OOBX_HOST_ID=HOST
 while [ $# -gt 0 ]; do
     case $1 in
         -[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
@@ -289,6 +293,8 @@ done
 host=$1
 shift
 [ -n "${NETNS_SSH_HOST_ID:-}" ] && export OOBX_HOST_ID=$host
+export TMPDIR="$(dirname "$0")/tmp-$host"
+mkdir -p "$TMPDIR"
 exec ip netns exec "$host" /bin/sh -c "$*"
 B
 chmod +x "$work/netns-ssh"
@@ -309,6 +315,19 @@ else
         job "two emulated nodes, one host name, node-aware: no shared table" 8 "${two_nodes[@]}" "$check"
     OOBX_NODE_AWARE_MIN=2 NETNS_SSH_HOST_ID=1 LAUNCH_CHECK_NETNS=2 LAUNCH_CHECK_LOCAL=4 \
         job "two emulated nodes, OOBX_HOST_ID per node, node-aware: 4 ranks per table" 8 "${two_nodes[@]}" "$check"
+    # Open MPI's mpirun on the same two nodes: orted started through the
+    # stand-in for ssh (plm_rsh_agent), its out-of-band traffic on eth0;
+    # the ranks find their roots through the orteds' PMIx servers
+    ompi_two=(ip netns exec "oobxl-launch$$" mpirun.openmpi --oversubscribe --mca plm_rsh_agent "$work/netns-ssh"
+        --mca oob_tcp_if_include eth0 --host "oobxl-a$$:4,oobxl-b$$:4" -np 8)
+    LAUNCH_CHECK_NETNS=2 job "mpirun --host a:4,b:4 -np 8 (two emulated nodes, PMIx)" 8 "${ompi_two[@]}" "$check"
+    OOBX_NODE_AWARE_MIN=2 NETNS_SSH_HOST_ID=1 LAUNCH_CHECK_NETNS=2 LAUNCH_CHECK_LOCAL=4 \
+        job "mpirun on two emulated nodes, OOBX_HOST_ID per node, node-aware: 4 ranks per table" 8 \
+        "${ompi_two[@]}" "$check"
+    # the demo's hundreds of collectives over sockets: to UCX the two nodes
+    # are one host (one host name and kernel), and its shared-memory wake-ups
+    # do not cross network namespaces (docs/launchers.md)
+    OOBX_TRANSPORT=socket demo_job "mpirun --host a:4,b:4 -np 8 (two emulated nodes)" "${ompi_two[@]}" "$demo"
     nodes_down
 fi
 
