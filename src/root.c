@@ -205,6 +205,7 @@ typedef struct root_conn {
  * a report's buffer) cannot exhaust the root: over the cap a new
  * connection is closed before its challenge, and a rank that sees that
  * connects again, later (report_to). The others keep their 10 s. */
+#define ROOT_FDS_RESERVED 65536 /* descriptors a root's process holds room for (capped by its limit) */
 #define ROOT_SRC_SLOTS 512
 /* A rank waiting for its answer that gives up (another root refused it)
  * says why before it closes: u32 this marker, u32 the text's length (at
@@ -985,6 +986,10 @@ static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magi
         return OOBX_ERR_NOMEM;
     }
     st->listen_fd = listen_fd;
+    /* room for a burst of reports without growing the descriptor table
+     * while the root thread accepts (sock.h) */
+    oobx__sock_raise_nofile();
+    oobx__sock_reserve_fds(listen_fd, ROOT_FDS_RESERVED);
     st->magic = magic;
     memcpy(st->secret, secret, OOBX_SECRET_BYTES);
     st->node = -1;

@@ -143,6 +143,18 @@ void oobx__sock_raise_nofile(void)
     }
 }
 
+void oobx__sock_reserve_fds(int fd, int n)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (rlim_t)n > rl.rlim_cur)
+        n = (int)rl.rlim_cur;
+    if (n <= 64 || fd < 0) return;
+    /* the lowest free descriptor at or above n - 1: the table grows to hold
+     * it (and never takes a descriptor in use) */
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, n - 1);
+    if (hi >= 0) close(hi);
+}
+
 int oobx__sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why, size_t whylen)
 {
     char name[96];

@@ -47,6 +47,14 @@ int oobx__sock_set_nonblock(int fd);
 void oobx__sock_set_nodelay(int fd);
 /* Raises RLIMIT_NOFILE to its hard limit (once is enough; harmless to repeat). */
 void oobx__sock_raise_nofile(void);
+/* Grows this process's descriptor table now to hold n (at most the open-file
+ * limit), duplicating fd once high and closing the copy. Linux grows the
+ * table as descriptors are taken, and in a process of several threads each
+ * growth waits for an RCU grace period: tens of milliseconds on the GPU host
+ * (one accept4 of a root's burst of 64 took 12-42 ms, the root thread
+ * reading nothing meanwhile). Done before the root thread starts, while the
+ * process often has one thread, it costs microseconds. */
+void oobx__sock_reserve_fds(int fd, int n);
 
 /* Binds and listens on addr (port 0: any); fills addr with the bound address.
  * Non-blocking, close-on-exec. 0 or an error with why. */
