@@ -359,6 +359,34 @@ static void init_flat_lost(struct oobx_comm *c, int next)
     oobx__set_last_error("%s", what);
 }
 
+/* The root gave up on a rank that never checked in, and this rank's answer
+ * (its successor's address) depended on it: the root's text names the rank.
+ * This rank makes that the communicator's failure and lingers (the failure
+ * path), so that its ring predecessor, which connects to it and sends its
+ * card first, hears the origin instead of only seeing this rank go. */
+static void init_flat_unreported(struct oobx_comm *c)
+{
+    static const char key[] = "never checked in: rank ";
+    const char *t = strstr(oobx_last_error(), key);
+    int r = -1, nranks = c->v.nranks;
+    if (!t || sscanf(t + sizeof(key) - 1, "%d", &r) != 1 || r < 0 || r >= nranks || r == c->v.rank || nranks < 3)
+        return;
+    char what[600];
+    snprintf(what, sizeof(what), "%s", oobx_last_error());
+    oobx_ep_t *ep = c->v.ep;
+    pthread_mutex_lock(&ep->lock);
+    coll_group_t g = whole(c);
+    c->prev_card_tag = oobx__coll_ring_allgatherv_tag(&g);
+    ep->spreads = 1;
+    oobx__ep_peer_lost(ep, r, what);
+    if (!c->prev_card_taken && atomic_load(&ep->fail_rank) >= 0) {
+        ep->linger_hook = prev_card_hook;
+        ep->linger_arg = c;
+    }
+    pthread_mutex_unlock(&ep->lock);
+    oobx__set_last_error("%s", what);
+}
+
 /* Every rank reports to its root, learns its ring successor, and every card
  * travels the ring of all ranks (N cards through each rank). */
 static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const unsigned char *blob, size_t blob_len)
@@ -370,7 +398,10 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     double delay = 0;
     root_client_t rcl = *rcl_in;
     int rc = oobx__root_exchange(&rcl, next_blob, &next_len, &delay);
-    if (rc != 0) return rc;
+    if (rc != 0) {
+        init_flat_unreported(c);
+        return rc;
+    }
     uint64_t t_root = oobx__now_ns();
     c->timings.delay = delay;
     c->timings.root = (t_root - t0) / 1e9 - delay;

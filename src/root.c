@@ -823,6 +823,9 @@ static void accept_all(root_state_t *st)
         memset(c, 0, offsetof(root_conn_t, in));
         c->have = 0;
         c->out = NULL;
+        c->authed = 0;
+        c->withdrawn = 0;
+        c->hello_type = 0;
         c->fd = fd;
         c->src = slot;
         st->src_tab[slot].n++;

@@ -58,6 +58,11 @@
  * allgathers, the victim's predecessor waits on it, and every survivor's
  * error names it (the probe finds it silent and the communicator is told) */
 #define STOP_NAMED ((size_t)-4)
+/* bytes argument of run_kill_test: no data, but every survivor's error must
+ * name the victim (a rank that never reached its root: the root names it to
+ * the ranks it answers, and the rank whose answer waited on it passes that
+ * round the ring) */
+#define ALL_NAMED ((size_t)-5)
 
 /* Shared between the parent and the ranks (MAP_SHARED). */
 typedef struct fault_ctl {
@@ -348,11 +353,12 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
     ctl->victim = victim;
     ctl->phase = phase;
     ctl->bytes = bytes;
-    int all_named = bytes == STOP_NAMED;
-    if (all_named) {
+    int all_named = bytes == STOP_NAMED || bytes == ALL_NAMED;
+    if (bytes == STOP_NAMED) {
         ctl->count = 1;
         ctl->bytes = bytes = 1024;
     }
+    if (bytes == ALL_NAMED) ctl->bytes = bytes = 0;
     int strict = bytes == STRICT_NOTICE;
     if (bytes == INIT_BOUND) {
         ctl->init_bound = 1;
@@ -421,7 +427,7 @@ static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int
 static void test_kill_before_contact(void **state)
 {
     (void)state;
-    run_kill_test("kill_before_contact_n8", rank_killed_in_init, 8, 1, 5, FAULT_BEFORE_CONTACT, SIGKILL, 0);
+    run_kill_test("kill_before_contact_n8", rank_killed_in_init, 8, 1, 5, FAULT_BEFORE_CONTACT, SIGKILL, ALL_NAMED);
 }
 /* Strict (every survivor names the victim at once, the calls' own timeout
  * is 30 s) on both paths. Flat: the victim's ring predecessor finds it gone,
