@@ -79,13 +79,20 @@ int oobx__auth_challenge_decode(const unsigned char *in, size_t len, oobx_auth_t
     return 0;
 }
 
+/* The connector's proof once a->nonce_c is made: out gets it and mac 'C' over hello. */
+static void prove_with_nonce(const unsigned char *secret, oobx_auth_t *a, const unsigned char hello[32],
+                             unsigned char out[OOBX_PROOF_BYTES])
+{
+    memcpy(a->hello, hello, sizeof(a->hello));
+    memcpy(out, a->nonce_c, OOBX_NONCE_BYTES);
+    oobx__auth_mac(secret, 'C', a, out + OOBX_NONCE_BYTES);
+}
+
 void oobx__auth_prove(const unsigned char *secret, oobx_auth_t *a, const unsigned char hello[32],
                       unsigned char out[OOBX_PROOF_BYTES])
 {
     randombytes_buf(a->nonce_c, sizeof(a->nonce_c));
-    memcpy(a->hello, hello, sizeof(a->hello));
-    memcpy(out, a->nonce_c, OOBX_NONCE_BYTES);
-    oobx__auth_mac(secret, 'C', a, out + OOBX_NONCE_BYTES);
+    prove_with_nonce(secret, a, hello, out);
 }
 
 void oobx__auth_prove_counted(const unsigned char *secret, oobx_auth_t *a, const unsigned char hello[32], uint64_t count,
@@ -93,9 +100,7 @@ void oobx__auth_prove_counted(const unsigned char *secret, oobx_auth_t *a, const
 {
     for (int i = 0; i < 8; i++) a->nonce_c[i] = (unsigned char)(count >> (8 * i));
     randombytes_buf(a->nonce_c + 8, sizeof(a->nonce_c) - 8);
-    memcpy(a->hello, hello, sizeof(a->hello));
-    memcpy(out, a->nonce_c, OOBX_NONCE_BYTES);
-    oobx__auth_mac(secret, 'C', a, out + OOBX_NONCE_BYTES);
+    prove_with_nonce(secret, a, hello, out);
 }
 
 uint64_t oobx__auth_count(const oobx_auth_t *a)

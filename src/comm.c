@@ -837,6 +837,16 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
     return rc;
 }
 
+/* The host's table this rank was placed in, for node.c. */
+static oobx__node_params_t node_params(struct oobx_comm *c, const oobx_place_t *pl, const oobx_cancel_t *cancel)
+{
+    return (oobx__node_params_t){.job = c->v.ctx, .epoch = pl->epoch, .host = pl->host, .rank = c->v.rank,
+                                 .nranks = c->v.nranks, .local_index = pl->local_index, .local_size = pl->local_size,
+                                 .leader = pl->leader, .card_cap = CARD_HDR + OOBX_ADDR_MAX,
+                                 .data_bytes = c->settings.node_buf, .dir = c->settings.node_dir, .log = &c->log,
+                                 .cancel = cancel};
+}
+
 /* Every rank reports its card to its root, which answers with the rank's
  * place among the ranks of its host; the ranks of a host share one table in
  * shared memory, and only their leader trades cards with the other hosts'. */
@@ -862,11 +872,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
              * there to say why, so that they do not wait out the timeout */
             char text[1024];
             snprintf(text, sizeof(text), "%s", oobx_last_error());
-            oobx__node_params_t np = {.job = c->v.ctx, .epoch = pl.place.epoch, .host = pl.place.host, .rank = rank,
-                                      .nranks = nranks, .local_index = pl.place.local_index,
-                                      .local_size = pl.place.local_size, .leader = pl.place.leader,
-                                      .card_cap = CARD_HDR + OOBX_ADDR_MAX, .data_bytes = c->settings.node_buf,
-                                      .dir = c->settings.node_dir, .log = &c->log, .cancel = cancel};
+            oobx__node_params_t np = node_params(c, &pl.place, cancel);
             oobx__node_tell_failure(&np, rc, text);
             oobx__set_last_error("%s", text);
         }
@@ -892,11 +898,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         }
         for (int k = 0; k < pl.place.local_size; k++) members[k] = (int)oobx__get_u32(pl.members + 4 * (size_t)k);
     }
-    oobx__node_params_t np = {.job = c->v.ctx, .epoch = pl.place.epoch, .host = pl.place.host, .rank = rank,
-                              .nranks = nranks, .local_index = pl.place.local_index,
-                              .local_size = pl.place.local_size, .leader = pl.place.leader,
-                              .card_cap = CARD_HDR + OOBX_ADDR_MAX, .data_bytes = c->settings.node_buf,
-                              .dir = c->settings.node_dir, .log = &c->log, .cancel = cancel};
+    oobx__node_params_t np = node_params(c, &pl.place, cancel);
     oobx__node_t *node = NULL;
     rc = oobx__node_join(&np, card, card_len, &node);
     uint64_t t_local = 0, t_trade = 0;

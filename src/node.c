@@ -294,6 +294,14 @@ size_t oobx__node_size(const oobx__node_params_t *p)
     return n.size;
 }
 
+/* One more member has the table mapped; once every member has, the name is
+ * not needed any more. */
+static void segment_mapped(oobx__node_t *n)
+{
+    if (__atomic_add_fetch(&hdr(n)->opened, 1, __ATOMIC_ACQ_REL) == (uint32_t)n->p.local_size && n->named)
+        unlink(n->path);
+}
+
 /* Maps the host's table (creating it if first), or fails. */
 static int segment_open(const oobx__node_params_t *p, oobx__node_t **out)
 {
@@ -344,9 +352,7 @@ int oobx__node_join(const oobx__node_params_t *p, const void *card, size_t len, 
     node_member_t *me = member(n, p->local_index);
     __atomic_store_n(&me->rank, p->rank, __ATOMIC_RELAXED);
     __atomic_store_n(&me->pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
-    /* once every member has it mapped, the name is not needed any more */
-    if (__atomic_add_fetch(&hdr(n)->opened, 1, __ATOMIC_ACQ_REL) == (uint32_t)p->local_size && n->named)
-        unlink(n->path);
+    segment_mapped(n);
     rc = oobx__node_put(n, p->rank, card, len);
     if (rc != 0) {
         oobx__node_leave(n);
@@ -462,9 +468,7 @@ void oobx__node_tell_failure(const oobx__node_params_t *p, int status, const cha
 {
     oobx__node_t *n = NULL;
     if (p->local_size <= 1 || segment_open(p, &n) != 0) return;
-    /* counted as one that mapped it (the name goes when all have), never as ready */
-    if (__atomic_add_fetch(&hdr(n)->opened, 1, __ATOMIC_ACQ_REL) == (uint32_t)p->local_size && n->named)
-        unlink(n->path);
+    segment_mapped(n); /* counted as one that mapped it, never as ready */
     oobx__node_finish(n, status, text);
     wake_all(&hdr(n)->ready);
     oobx__node_leave(n);

@@ -200,18 +200,19 @@ typedef struct root_conn {
     char peer[96];
 } root_conn_t;
 
-/* Connections that have not proved the secret are capped, per source
- * address and in all, so that a flood of them (each holds a descriptor and
- * a report's buffer) cannot exhaust the root: over the cap a new
- * connection is closed before its challenge, and a rank that sees that
- * connects again, later (report_to). The others keep their 10 s. */
 #define ROOT_FDS_RESERVED 65536 /* descriptors a root's process holds room for (capped by its limit) */
-#define ROOT_SRC_SLOTS 512
 /* A rank waiting for its answer that gives up (another root refused it)
  * says why before it closes: u32 this marker, u32 the text's length (at
  * most OOBX_REPLY_TEXT_MAX), the text. */
 #define ROOT_WITHDRAW_MAGIC 0x4457584fu /* "OXWD" */
 #define ROOT_WITHDRAW_HDR 8
+
+/* Connections that have not proved the secret are capped, per source
+ * address and in all, so that a flood of them (each holds a descriptor and
+ * a report's buffer) cannot exhaust the root: over the cap a new
+ * connection is closed before its challenge, and a rank that sees that
+ * connects again, later (report_to). The others keep their 10 s. */
+#define ROOT_SRC_SLOTS 512
 #define ROOT_UNPROVED_SRC_MIN 1024 /* per source, or twice the ranks this root serves if more */
 #define ROOT_UNPROVED_MAX 8192     /* all sources together, or the per-source cap if more */
 typedef struct root_src {
@@ -989,8 +990,8 @@ static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magi
         return OOBX_ERR_NOMEM;
     }
     st->listen_fd = listen_fd;
-    /* room for a burst of reports without growing the descriptor table
-     * while the root thread accepts (sock.h) */
+    /* the open-file limit raised, and room for a burst of reports without
+     * growing the descriptor table while the root thread accepts (sock.h) */
     oobx__sock_raise_nofile();
     oobx__sock_reserve_fds(listen_fd, ROOT_FDS_RESERVED);
     st->magic = magic;
@@ -1030,7 +1031,6 @@ static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magi
 int oobx__root_start(const oobx_sockaddr_t *bind_addr, uint64_t magic, const unsigned char *secret,
                      const oobx_settings_t *s, root_handle_t *out, char *why, size_t whylen)
 {
-    oobx__sock_raise_nofile();
     oobx_sockaddr_t addr = *bind_addr;
     int fd = -1;
     int rc = oobx__sock_listen(&addr, 16384, &fd, why, whylen);
@@ -1113,7 +1113,6 @@ int oobx__root_start_fd(int fd, const char *var, const oobx_sockaddr_t *want, ui
         snprintf(why, whylen, "%s=%d was already adopted by another communicator of this process", var, fd);
         return OOBX_ERR_INVALID;
     }
-    oobx__sock_raise_nofile();
     /* the root polls and accepts until EAGAIN; the launcher may have listened with a small backlog */
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
