@@ -92,19 +92,80 @@ int oobx__cma_check(oobx__cma_peer_t *peer)
     return peer->state == OOBX_CMA_OK;
 }
 
-int oobx__cma_pull(oobx__cma_peer_t *peer, void *dst, uint64_t src, size_t len)
+/* Reads len bytes at src into dst: 0, or -errno with the bytes it had left. */
+static int cma_read_all(uint32_t pid, void *dst, uint64_t src, size_t len, size_t *left)
 {
     size_t got = 0;
     while (got < len) {
-        ssize_t n = cma_read(peer->pid, (char *)dst + got, src + got, len - got);
+        ssize_t n = cma_read(pid, (char *)dst + got, src + got, len - got);
         if (n <= 0) {
-            int e = n < 0 ? errno : EFAULT;
-            peer->state = OOBX_CMA_NO;
-            snprintf(peer->why, sizeof(peer->why), "process_vm_readv of %zu bytes from pid %u: %s", len - got,
-                     peer->pid, strerror(e));
-            return -e;
+            *left = len - got;
+            return n < 0 ? -errno : -EFAULT;
         }
         got += (size_t)n;
     }
     return 0;
+}
+
+static int cma_pull_failed(oobx__cma_peer_t *peer, int rc, size_t left)
+{
+    peer->state = OOBX_CMA_NO;
+    snprintf(peer->why, sizeof(peer->why), "process_vm_readv of %zu bytes from pid %u: %s", left, peer->pid,
+             strerror(-rc));
+    return rc;
+}
+
+int oobx__cma_pull(oobx__cma_peer_t *peer, void *dst, uint64_t src, size_t len)
+{
+    size_t left = 0;
+    int rc = cma_read_all(peer->pid, dst, src, len, &left);
+    return rc ? cma_pull_failed(peer, rc, left) : 0;
+}
+
+void oobx__cma_ticket_init(oobx__cma_ticket_t *t, const void *payload)
+{
+    t->nonce = oobx__random64() | 1; /* never 0 */
+    t->addr = (uint64_t)(uintptr_t)payload;
+}
+
+/* The caller writes its buffer (or frees the record) only after the store
+ * is seen: a puller that still reads the old address reads it before. */
+void oobx__cma_ticket_move(oobx__cma_ticket_t *t, const void *copy)
+{
+    __atomic_store_n(&t->addr, (uint64_t)(uintptr_t)copy, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+void oobx__cma_ticket_void(oobx__cma_ticket_t *t)
+{
+    oobx__cma_ticket_move(t, NULL);
+}
+
+/* The ticket as it is now; 0 when it cannot be read. */
+static int ticket_read(const oobx__cma_peer_t *peer, uint64_t at, oobx__cma_ticket_t *out)
+{
+    uint64_t w[2];
+    size_t left = 0;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* after the payload's read */
+    if (cma_read_all(peer->pid, w, at, sizeof(w), &left) != 0) return 0;
+    out->nonce = w[0];
+    out->addr = w[1];
+    return 1;
+}
+
+int oobx__cma_pull_ticket(oobx__cma_peer_t *peer, void *dst, uint64_t src, size_t len, uint64_t ticket_addr,
+                          uint64_t nonce)
+{
+    size_t left = 0;
+    int rc = cma_read_all(peer->pid, dst, src, len, &left);
+    oobx__cma_ticket_t tk;
+    if (!ticket_read(peer, ticket_addr, &tk)) return rc ? cma_pull_failed(peer, rc, left) : 1; /* the record is gone */
+    if (tk.nonce != nonce || tk.addr == 0) return 1;
+    if (tk.addr != src) {
+        /* moved to the sender's copy, which stays as it is until the answer */
+        uint64_t copy = tk.addr;
+        rc = cma_read_all(peer->pid, dst, copy, len, &left);
+        if (!ticket_read(peer, ticket_addr, &tk) || tk.nonce != nonce || tk.addr != copy) return 1;
+    }
+    return rc ? cma_pull_failed(peer, rc, left) : 0;
 }

@@ -57,4 +57,27 @@ int oobx__cma_check(oobx__cma_peer_t *peer);
  * read is -EFAULT); a failure marks the peer NO with why. */
 int oobx__cma_pull(oobx__cma_peer_t *peer, void *dst, uint64_t src, size_t len);
 
+/* A pull's ticket: sits in the sender's memory beside its send record, and
+ * its address and nonce go with the payload's address. The puller reads it
+ * after the payload: the same nonce and address say the payload was still
+ * the caller's when it was read; another address, that the sender's call
+ * gave the buffer back and the payload is at that address now (the
+ * sender's copy, read again); address 0 or another nonce, that the sender
+ * let go of it without a copy (its link failed or it left). */
+typedef struct oobx__cma_ticket {
+    volatile uint64_t nonce;
+    volatile uint64_t addr;
+} oobx__cma_ticket_t;
+
+void oobx__cma_ticket_init(oobx__cma_ticket_t *t, const void *payload);
+/* The payload is at copy from here on (before the caller gets its buffer back). */
+void oobx__cma_ticket_move(oobx__cma_ticket_t *t, const void *copy);
+/* Nothing may be read any more (before the payload or the record goes). */
+void oobx__cma_ticket_void(oobx__cma_ticket_t *t);
+/* oobx__cma_pull checked against the ticket at ticket_addr: 0 in place; 1
+ * withdrawn (nothing valid was read); -errno: the memory cannot be read
+ * (the peer is marked NO, as by oobx__cma_pull). */
+int oobx__cma_pull_ticket(oobx__cma_peer_t *peer, void *dst, uint64_t src, size_t len, uint64_t ticket_addr,
+                          uint64_t nonce);
+
 #endif

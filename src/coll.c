@@ -61,7 +61,10 @@ static void reqs_release(const oobx__ep_view_t *c, coll_reqs_t *q, int posted_r,
     for (int i = 0; i < posted_r; i++)
         if (!q->r[i].done && oobx__ep_cancel_recv(c, OOBX_MSG_COLL, q->tag, &q->r[i])) keep = 1;
     for (int i = 0; i < q->ns; i++)
-        if (!q->s[i].tp.done) keep = 1;
+        if (!q->s[i].tp.done) {
+            oobx__ep_release_send(c->ep, &q->s[i]);
+            keep = 1;
+        }
     if (keep) {
         oobx__ep_adopt(c->ep, q->r);
         oobx__ep_adopt(c->ep, q->s);

@@ -953,6 +953,8 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
     int dst = oobx__ep_view_rank(v, peer);
     oobx_msg_hdr_t h = {.ctx = v->ctx, .tag = tag, .len = len, .src = ep->rank, .kind = kind};
     req->peer = peer;
+    req->buf = buf;
+    req->len = len;
     req->tp.done = 0;
     req->tp.status = 0;
     if (dst == ep->rank) {
@@ -1049,6 +1051,11 @@ static int irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag
     return 0;
 }
 
+static void oobx__ep_release_recv(oobx_ep_t *ep, const oobx_rreq_t *r)
+{
+    if (r->buf && r->cap) ep->ops->release(ep->tp, r->buf, r->cap);
+}
+
 int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, oobx_rreq_t *r)
 {
     oobx_ep_t *ep = v->ep;
@@ -1071,9 +1078,11 @@ int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, 
     for (size_t i = 0; i < ep->ninflight; i++) {
         void *p = ep->inflight[i];
         if (p == r) {
-            /* the transport still writes into it: r must outlive the message */
+            /* the transport was writing into it: r must outlive the message,
+             * whose rest goes nowhere (the buffer is the caller's again) */
             r->done = 1;
             r->status = OOBX_ERR_ABORTED;
+            oobx__ep_release_recv(ep, r);
             return 1;
         }
         oobx_ux_t *u = p;
@@ -1088,6 +1097,12 @@ int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, 
     }
     return 0;
 }
+
+void oobx__ep_release_send(oobx_ep_t *ep, const oobx_sreq_t *s)
+{
+    if (!s->tp.done && s->len) ep->ops->release(ep->tp, s->buf, s->len);
+}
+
 
 void oobx__ep_adopt(oobx_ep_t *ep, void *p)
 {

@@ -110,6 +110,8 @@ typedef struct oobx_ctx_note {
 typedef struct oobx_sreq {
     oobx_tp_req_t tp;
     int peer;
+    const void *buf; /* the payload lent to the transport (oobx__ep_release) */
+    size_t len;
 } oobx_sreq_t;
 
 typedef struct oobx_ep {
@@ -270,9 +272,13 @@ int oobx__ep_irecv(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
 int oobx__ep_irecv_exact(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t tag, void *buf, size_t cap,
                          oobx_rreq_t *req);
 /* Cancels an incomplete posted receive (on error paths). Returns 1 when the
- * transport may still write into it: then its memory (and its buffer) must
+ * transport was writing into it: the rest of that message goes nowhere (the
+ * buffer is the caller's again, ops->release), but the request's memory must
  * be handed to oobx__ep_adopt instead of freed. */
 int oobx__ep_cancel_recv(const oobx__ep_view_t *v, uint32_t kind, uint64_t tag, oobx_rreq_t *req);
+/* A send that a failing call leaves behind: the transport lets go of its
+ * payload (ops->release: sends it from a copy, or fails the link). */
+void oobx__ep_release_send(oobx_ep_t *ep, const oobx_sreq_t *s);
 /* Wakes the thread sleeping for the endpoint (lock held). */
 void oobx__ep_wake(oobx_ep_t *ep);
 /* The endpoint frees p when it goes away. */

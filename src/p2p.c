@@ -43,6 +43,7 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
             oobx__ep_peer_name(&c->v, peer, who, sizeof(who));
             rc = oobx__ep_wait_error(&c->v, rc, "oobx_send of %zu bytes (tag %d) from rank %d to %s after %.0f ms", bytes, tag,
                                  c->v.rank, who, (oobx__now_ns() - t0) / 1e6);
+            oobx__ep_release_send(c->v.ep, s);
             oobx__ep_adopt(c->v.ep, s);
             s = NULL;
         }

@@ -31,7 +31,7 @@
 #define SK_ADDR_BYTES (SK_SOCKADDR_BYTES + OOBX_NONCE_BYTES) /* and the listener's instance nonce */
 #define SK_ADDR_CMA_BYTES (SK_ADDR_BYTES + OOBX_CMA_ID_BYTES) /* with this rank's single-copy identity */
 #define SK_CTL_MAX (1u << 20) /* bytes of CTS frames one connection may owe */
-#define SK_CMA_DESC_BYTES 16 /* after an RTS|CMA header: u64 payload address, u64 its length */
+#define SK_CMA_DESC_BYTES 32 /* after an RTS|CMA header: u64 payload address, u64 its length, u64 ticket address, u64 its nonce */
 /* Payloads at least this big wait for the receiver's clear-to-send: a
  * receiver that does not want one (too large for its receive) skips it
  * unsent. One round trip is under 1% of such a transfer. */
@@ -59,6 +59,9 @@ typedef struct sk_send {
     int piped;  /* a pull whose answer is not waited for before the next message goes (sk_conn_t.pl_head) */
     unsigned char dhdr[OOBX_MSGHDR_BYTES];
     oobx_tp_req_t *req;
+    oobx_msg_hdr_t wire; /* the header as queued (a pull not yet out becomes a plain message again) */
+    char *own;           /* the payload's copy, once the call gave the caller's buffer back */
+    oobx__cma_ticket_t ticket; /* a pull's: read by the receiver after the payload (cma.h) */
 } sk_send_t;
 
 typedef struct sk_conn {
@@ -145,6 +148,15 @@ static sk_tp_t *tp_of(oobx_tp_t *t)
     return (sk_tp_t *)t;
 }
 
+/* A pull's receiver may still read the ticket: it says the payload is gone
+ * before the record is. */
+static void send_free(sk_send_t *s)
+{
+    if (s->hdr_len > OOBX_MSGHDR_BYTES) oobx__cma_ticket_void(&s->ticket);
+    free(s->own);
+    free(s);
+}
+
 /* The head send has its header out and waits for the receiver's CTS. */
 static int send_waits_cts(const sk_send_t *s)
 {
@@ -208,12 +220,12 @@ static void conn_free(sk_tp_t *t, sk_conn_t *c)
     while (c->sq_head) {
         sk_send_t *s = c->sq_head;
         c->sq_head = s->next;
-        free(s);
+        send_free(s);
     }
     while (c->pl_head) {
         sk_send_t *s = c->pl_head;
         c->pl_head = s->next;
-        free(s);
+        send_free(s);
     }
     free(c->stage);
     free(c->ctl);
@@ -254,11 +266,14 @@ static void conn_fail(sk_tp_t *t, sk_conn_t *c, int status, const char *what)
 {
     if (c->state == SC_DEAD) return;
     c->state = SC_DEAD;
+    /* their callers may reuse the payloads now: a pull's reader must not take them */
     for (sk_send_t *s = c->sq_head; s; s = s->next) {
+        if (s->hdr_len > OOBX_MSGHDR_BYTES) oobx__cma_ticket_void(&s->ticket);
         s->req->status = status;
         s->req->done = 1;
     }
     for (sk_send_t *s = c->pl_head; s; s = s->next) {
+        oobx__cma_ticket_void(&s->ticket);
         s->req->status = status;
         s->req->done = 1;
     }
@@ -502,7 +517,7 @@ static void conn_flush(sk_tp_t *t, sk_conn_t *c)
             }
             s->req->status = 0;
             s->req->done = 1;
-            free(s);
+            send_free(s);
         }
         if ((size_t)w < want) break; /* socket buffer full */
     }
@@ -583,10 +598,14 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
     if (rndv) wire.kind |= OOBX_FRAME_RTS;
     if (cma) wire.kind |= OOBX_FRAME_CMA;
     oobx__msghdr_encode(&wire, s->hdr);
+    s->wire = wire;
     s->hdr_len = OOBX_MSGHDR_BYTES;
     if (cma) {
+        oobx__cma_ticket_init(&s->ticket, payload);
         oobx__put_u64(s->hdr + OOBX_MSGHDR_BYTES, (uint64_t)(uintptr_t)payload);
         oobx__put_u64(s->hdr + OOBX_MSGHDR_BYTES + 8, hdr->len);
+        oobx__put_u64(s->hdr + OOBX_MSGHDR_BYTES + 16, (uint64_t)(uintptr_t)&s->ticket);
+        oobx__put_u64(s->hdr + OOBX_MSGHDR_BYTES + 24, s->ticket.nonce);
         s->hdr_len += SK_CMA_DESC_BYTES;
         s->piped = pp->cma_seen;
     }
@@ -614,6 +633,53 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
     return 0;
 }
 
+/* The caller of s takes its buffer back: s goes on from a copy. A pull
+ * whose offer is out points its ticket at the copy; one not yet out becomes
+ * a plain message (a rendezvous when large). */
+static int send_own(sk_tp_t *t, sk_conn_t *c, sk_send_t *s)
+{
+    char *own = malloc(s->len);
+    if (!own) {
+        conn_fail(t, c, OOBX_ERR_NOMEM, "socket: out of memory for a copy of a payload whose call ended");
+        return -1;
+    }
+    memcpy(own, s->payload, s->len);
+    s->own = own;
+    s->payload = own;
+    if (s->hdr_len == OOBX_MSGHDR_BYTES) return 0;
+    if (s->off) {
+        oobx__cma_ticket_move(&s->ticket, own);
+        return 0;
+    }
+    oobx__cma_ticket_void(&s->ticket);
+    s->wire.kind &= ~(uint32_t)OOBX_FRAME_CMA;
+    s->rndv = s->len >= SK_RNDV_MIN;
+    if (!s->rndv) s->wire.kind &= ~(uint32_t)OOBX_FRAME_RTS;
+    s->piped = 0;
+    oobx__msghdr_encode(&s->wire, s->hdr);
+    s->hdr_len = OOBX_MSGHDR_BYTES;
+    return 0;
+}
+
+static int in_range(const void *p, const char *base, size_t len)
+{
+    return p && (const char *)p >= base && (const char *)p < base + len;
+}
+
+static void sk_release(oobx_tp_t *tpp, const void *base, size_t len)
+{
+    sk_tp_t *t = tp_of(tpp);
+    for (sk_conn_t *c = t->conns; c; c = c->next_all) {
+        if (c->state == SC_DEAD) continue;
+        /* a payload being read into it, or told to come, goes nowhere */
+        if (c->rx == RX_BODY && in_range(c->dst, base, len)) c->dst = NULL;
+        if (c->rv_pending && in_range(c->rv_dst, base, len)) c->rv_dst = NULL;
+        for (int l = 0; l < 2 && c->state != SC_DEAD; l++)
+            for (sk_send_t *s = l ? c->pl_head : c->sq_head; s; s = s->next)
+                if (s->len && !s->own && in_range(s->payload, base, len) && send_own(t, c, s)) break;
+    }
+}
+
 /* ---- receiving ----------------------------------------------------------------- */
 
 static void conn_protocol_error(sk_tp_t *t, sk_conn_t *c, const char *why)
@@ -630,15 +696,27 @@ static void conn_protocol_error(sk_tp_t *t, sk_conn_t *c, const char *why)
  * be read (said once at info level), so the sender is told to send it; -1:
  * a pull failed after others had worked (the sender no longer waits for
  * the answers), and c failed. */
-static int conn_pull(sk_tp_t *t, sk_conn_t *c, uint64_t addr)
+static int conn_pull(sk_tp_t *t, sk_conn_t *c, const unsigned char *desc)
 {
     sk_peer_t *pp = &t->peers[c->peer];
     if (!pp->cma_set) (void)peer_known(t, c->peer);
     if (!pp->cma_set || pp->cma.state == OOBX_CMA_NO) return 0;
     int was_ok = pp->cma.state == OOBX_CMA_OK;
-    if (oobx__cma_check(&pp->cma) && oobx__cma_pull(&pp->cma, c->dst, addr, c->cur.len) == 0) {
+    int rc = oobx__cma_check(&pp->cma) ? oobx__cma_pull_ticket(&pp->cma, c->dst, oobx__get_u64(desc), c->cur.len,
+                                                               oobx__get_u64(desc + 16), oobx__get_u64(desc + 24))
+                                       : -1;
+    if (rc == 0) {
         OOBX_TRACE(t->log, "socket: pulled %llu bytes from rank %d", (unsigned long long)c->cur.len, c->peer);
         return 1;
+    }
+    if (rc == 1) {
+        char who[160], what[400];
+        peer_describe(t, c->peer, who, sizeof(who));
+        snprintf(what, sizeof(what),
+                 "socket: %s withdrew a payload of %llu bytes before this rank read it (its link failed or it left)",
+                 who, (unsigned long long)c->cur.len);
+        conn_fail(t, c, OOBX_ERR_REMOTE, what);
+        return -1;
     }
     if (was_ok) {
         /* the sender pipes its pulls once one worked: no way back for this link */
@@ -671,11 +749,11 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                 conn_protocol_error(t, c, why);
                 return -1;
             }
-            uint64_t cma_addr = 0;
+            unsigned char desc[SK_CMA_DESC_BYTES];
             if (c->cur.kind & OOBX_FRAME_CMA) {
                 /* the descriptor of a payload to pull follows the header */
                 if (avail < OOBX_MSGHDR_BYTES + SK_CMA_DESC_BYTES) break;
-                cma_addr = oobx__get_u64(c->stage + c->s_head + OOBX_MSGHDR_BYTES);
+                memcpy(desc, c->stage + c->s_head + OOBX_MSGHDR_BYTES, SK_CMA_DESC_BYTES);
                 if (oobx__get_u64(c->stage + c->s_head + OOBX_MSGHDR_BYTES + 8) != c->cur.len || c->cur.len == 0) {
                     conn_protocol_error(t, c, "a pull descriptor whose length is not the message's");
                     return -1;
@@ -696,7 +774,7 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                     if (!c->pl_head) c->pl_tail = NULL;
                     s->req->status = 0;
                     s->req->done = 1;
-                    free(s);
+                    send_free(s);
                     continue;
                 }
                 sk_send_t *s = c->sq_head;
@@ -715,7 +793,7 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                     if (!c->sq_head) c->sq_tail = NULL;
                     s->req->status = 0;
                     s->req->done = 1;
-                    free(s);
+                    send_free(s);
                 }
                 conn_flush(t, c);
                 if (c->state == SC_DEAD) return -1;
@@ -754,7 +832,7 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                     c->rx = RX_HDR;
                     uint32_t answer = c->dst ? OOBX_FRAME_CTS_GO : OOBX_FRAME_CTS_SKIP;
                     if (c->dst && pull) {
-                        int got = conn_pull(t, c, cma_addr);
+                        int got = conn_pull(t, c, desc);
                         if (got < 0) return -1;
                         if (got) answer = OOBX_FRAME_CTS_DONE;
                     }
@@ -1390,6 +1468,7 @@ const oobx_tp_ops_t oobx__socket_ops = {
     .set_peer = sk_set_peer,
     .ring = sk_ring,
     .send = sk_send,
+    .release = sk_release,
     .progress = sk_progress,
     .wait_prepare = sk_wait_prepare,
     .sleep = sk_sleep,

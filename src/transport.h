@@ -32,7 +32,7 @@
 #include "log.h"
 #include "settings.h"
 
-#define OOBX_TP_VERSION 6 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left; 5: params.secret; 6: settings.cma_min */
+#define OOBX_TP_VERSION 7 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left; 5: params.secret; 6: settings.cma_min; 7: release */
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };
@@ -140,6 +140,17 @@ struct oobx_tp_ops {
      * have failed; then req is not touched. peer != own rank. */
     int (*send)(oobx_tp_t *tp, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
                 oobx_tp_req_t *req);
+
+    /* Gives memory back to the caller before a call that lent it returns
+     * with an error (a send's payload, a receive's buffer): from the return
+     * on, the transport neither reads nor writes [base, base + len). A send
+     * whose payload lies there still goes, from the transport's own copy
+     * (its request is done as usual), or fails its link; a message being
+     * written there is taken to its end into nowhere (msg_end still comes).
+     * May wait a short bound for work already handed to the hardware or to
+     * the peer on that memory; a peer that does not answer within it has its
+     * link failed. Only memory of live requests is ever named. */
+    void (*release)(oobx_tp_t *tp, const void *base, size_t len);
 
     /* Does every piece of work possible without blocking: accepts, connects,
      * reads, writes, completions; calls the sink. Returns 0, or an error

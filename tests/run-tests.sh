@@ -151,6 +151,8 @@ if [ "$mode" != long ]; then
         if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
             suite contract-ucx-tcp "$contract_deadline" OOBX_TEST_TP=ucx UCX_TLS=tcp -- "$contract"
             suite contract-ucx-shm "$contract_deadline" OOBX_TEST_TP=ucx UCX_TLS=posix,self -- "$contract"
+            # the receiver's pulls (off by default): their tickets after a failed call
+            suite contract-ucx-pull "$contract_deadline" OOBX_TEST_TP=ucx OOBX_UCX_PULL=1 "OOBX_TEST_FILTER=test_release*" -- "$contract"
         fi
         # on the emulated device only: the cases run every rank on this host
         if [ "$verbs_name" = verbs-emu ]; then

@@ -400,7 +400,7 @@ static void ucx_fail_drop(void *base, int peer)
     }
 }
 
-static void ucx_report_failures(ucx_tp_t *tp)
+void ucx_report_failures(ucx_tp_t *tp)
 {
     static const oobx__peer_fail_ops_t ops = {.get = ucx_fail_of, .drop = ucx_fail_drop};
     oobx__peer_fail_report(tp, tp->nranks, &ops, &tp->sink, tp->log, &tp->fail_pending);
@@ -898,6 +898,7 @@ const oobx_tp_ops_t oobx_ucx_ops = {
     .set_peer = op_set_peer,
     .ring = op_ring,
     .send = op_send,
+    .release = ucx_release,
     .progress = op_progress,
     .wait_prepare = op_wait_prepare,
     .sleep = op_sleep,

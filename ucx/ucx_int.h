@@ -43,6 +43,9 @@ typedef struct ucx_sreq {
     int issued;                 /* every operation has been started */
     int poolable;               /* plain size: may go back to the pool */
     int status;
+    void *own;                  /* the payload's copy once its call gave the buffer back (ucx_release) */
+    oobx__cma_ticket_t ticket;  /* a PULL's (cma.h) */
+    int wait_old;               /* operations started from the caller's buffer may still be out */
     struct ucx_sreq *pull_next; /* the peer's PULLs waiting for their answer */
     uint32_t pull_seq;          /* the sequence number of its PULL */
     unsigned char ctrl[UCX_INLINE_MAX]; /* control message, or header + small payload */
@@ -66,6 +69,10 @@ typedef struct ucx_rrec {
     int dropped;            /* the core wants no payload: DATA is received into nothing */
     int status;
     void *cookie;
+    void *dst;              /* where the DATA receive writes (NULL: nowhere) */
+    size_t data_len;
+    int released;           /* the caller took dst back: received into nowhere from here on */
+    int repost;             /* a released DATA receive was cancelled before it matched: post it again, into nowhere */
     unsigned char small[UCX_INLINE_MAX]; /* buf of a small message */
 } ucx_rrec_t;
 
@@ -208,6 +215,9 @@ void ucx_sreq_track(ucx_sreq_t *s, ucs_status_ptr_t ptr);
 ucp_request_param_t ucx_send_param(ucx_sreq_t *s);
 void ucx_sreq_issued(ucx_sreq_t *s);
 void ucx_send_ctrl(ucx_tp_t *tp, int peer, int type, const void *data, size_t len);
+void ucx_release(oobx_tp_t *base, const void *buf, size_t len);
+/* Reports the failures recorded so far to the core and drops those peers (their endpoints closed). */
+void ucx_report_failures(ucx_tp_t *tp);
 int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
              oobx_tp_req_t *req);
 void ucx_rrec_free(ucx_rrec_t *r);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 
 #include <ucp/api/ucp.h>
 
@@ -69,6 +70,10 @@ static void ucx_sreq_finish(ucx_sreq_t *s)
         s->req->status = s->status;
         s->req->done = 1;
     }
+    if (s->ticket.nonce) oobx__cma_ticket_void(&s->ticket); /* a late reader must not take the payload */
+    s->ticket.nonce = 0;
+    free(s->own);
+    s->own = NULL;
     if (s->poolable && tp->nsreq_pool < UCX_POOL_MAX && !tp->destroying) {
         s->next = tp->sreq_pool;
         tp->sreq_pool = s;
@@ -174,7 +179,9 @@ static int ucx_send_pull(ucx_tp_t *tp, int peer, ucp_ep_h ep, ucx_sreq_t *s)
 {
     ucx_peer_t *p = &tp->peers[peer];
     s->pull_seq = p->tx_seq++;
-    ucx_msg_t m = {.type = UCX_T_PULL, .hdr = s->hdr, .pull_addr = (uint64_t)(uintptr_t)s->payload};
+    oobx__cma_ticket_init(&s->ticket, s->payload);
+    ucx_msg_t m = {.type = UCX_T_PULL, .hdr = s->hdr, .pull_addr = (uint64_t)(uintptr_t)s->payload,
+                   .pull_ticket = (uint64_t)(uintptr_t)&s->ticket, .pull_nonce = s->ticket.nonce};
     size_t n = ucx_msg_encode(&m, s->ctrl, sizeof(s->ctrl));
     ucp_request_param_t prm = ucx_send_param(s);
     s->pending++; /* the answer */
@@ -220,6 +227,7 @@ void ucx_pull_drop(ucx_tp_t *tp, int peer)
         ucx_sreq_t *s = p->pull_head;
         p->pull_head = s->pull_next;
         if (!s->status) s->status = oobx__peer_fail_status(&p->fail);
+        oobx__cma_ticket_void(&s->ticket); /* its caller may reuse the buffer now */
         ucx_sreq_op_done(s, UCS_OK);
     }
     p->pull_tail = NULL;
@@ -299,6 +307,11 @@ static void ucx_data_cb(void *request, ucs_status_t status, const ucp_tag_recv_i
     (void)request;
     (void)info;
     ucx_rrec_t *r = user_data;
+    if (r->released && status == UCS_ERR_CANCELED) {
+        r->repost = 1; /* the DATA is still to come: ucx_release receives it into nowhere */
+        return;
+    }
+    if (r->released) status = UCS_OK; /* what came into the given-back buffer was dropped */
     if (status != UCS_OK && !r->status && !(status == UCS_ERR_MESSAGE_TRUNCATED && r->dropped))
         r->status = ucx_status(status);
     r->complete = 1;
@@ -352,6 +365,8 @@ static void ucx_rrec_post_data(ucx_tp_t *tp, ucx_rrec_t *r, void *dst, size_t le
 {
     r->complete = 0;
     r->dropped = dst == NULL;
+    r->dst = dst;
+    r->data_len = len;
     ucp_request_param_t prm = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
         .cb.recv = ucx_data_cb,
@@ -407,7 +422,17 @@ static void ucx_rrec_begin(ucx_tp_t *tp, ucx_rrec_t *r)
         ucx_peer_t *p = &tp->peers[r->peer];
         if (!ucx_peer_known(tp, r->peer)) p->cma.state = OOBX_CMA_NO;
         ucx_pull_ack_t ack = {.seq = ucx_tag_seq(r->tag), .push = 0};
-        if (dst && !(oobx__cma_check(&p->cma) && oobx__cma_pull(&p->cma, dst, m.pull_addr, m.hdr.len) == 0)) {
+        int got = dst && oobx__cma_check(&p->cma)
+                      ? oobx__cma_pull_ticket(&p->cma, dst, m.pull_addr, m.hdr.len, m.pull_ticket, m.pull_nonce)
+                      : -1;
+        if (dst && got == 1) {
+            ucx_peer_fail(tp, r->peer, OOBX_ERR_REMOTE,
+                          "ucx: rank %d withdrew a payload of %llu bytes before this rank read it (its link failed "
+                          "or it left)",
+                          r->peer, (unsigned long long)m.hdr.len);
+            return;
+        }
+        if (dst && got != 0) {
             /* this process cannot read the sender's: it sends the payload */
             OOBX_INFO(tp->log, "ucx: rank %d sends its large payloads to this rank through UCX: %s", r->peer,
                       p->cma.why);
@@ -571,5 +596,97 @@ void ucx_probe(ucx_tp_t *tp)
             else
                 ucx_peer_ep(tp, peer);
         }
+    }
+}
+
+/* ---- buffers given back by failed calls ---------------------------------------- */
+
+static int ucx_in(const void *p, const char *base, size_t len)
+{
+    return p && (const char *)p >= base && (const char *)p < base + len;
+}
+
+/* Work UCX still has on a given-back buffer: sends from it (or with
+ * operations from it out), DATA receives into it. Marks the peers. */
+static int ucx_release_busy(ucx_tp_t *tp, const char *base, size_t len, int *peers)
+{
+    int busy = 0;
+    for (ucx_sreq_t *s = tp->live; s; s = s->live_next)
+        if (s->peer >= 0 && s->pending > 0 && (s->wait_old || (!s->own && ucx_in(s->payload, base, len)))) {
+            busy = 1;
+            if (peers) peers[s->peer] = 1;
+        }
+    for (int i = 0; i < tp->nranks; i++)
+        for (ucx_rrec_t *r = tp->peers[i].rx_head; r; r = r->next) {
+            if (!r->released || r->complete) continue;
+            if (r->repost) {
+                r->repost = 0;
+                ucp_request_free(r->data_ureq);
+                r->data_ureq = NULL;
+                ucx_rrec_post_data(tp, r, NULL, r->data_len);
+                if (r->complete) {
+                    ucx_mark_dirty(tp, i);
+                    continue;
+                }
+            }
+            busy = 1;
+            if (peers) peers[i] = 1;
+        }
+    return busy;
+}
+
+void ucx_release(oobx_tp_t *base, const void *buf, size_t len)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)base;
+    const char *lo = buf;
+    /* ring messages not yet written in full go on from a copy */
+    for (ucx_sreq_t *s = tp->rtx.q_head; s; s = s->next)
+        if (!s->own && s->hdr.len && ucx_in(s->payload, lo, len)) {
+            void *own = malloc(s->hdr.len);
+            if (!own) continue; /* waited for below */
+            memcpy(own, s->payload, s->hdr.len);
+            s->own = own;
+            s->payload = own;
+            s->wait_old = s->pending > 0;
+        }
+    /* a PULL offered: its reader finds the copy through the ticket */
+    for (int i = 0; i < tp->nranks; i++)
+        for (ucx_sreq_t *s = tp->peers[i].pull_head; s; s = s->pull_next)
+            if (!s->own && ucx_in(s->payload, lo, len)) {
+                void *own = malloc(s->hdr.len);
+                if (!own) continue; /* waited for below */
+                memcpy(own, s->payload, s->hdr.len);
+                s->own = own;
+                s->payload = own;
+                oobx__cma_ticket_move(&s->ticket, own);
+            }
+    /* a DATA receive into it that has not matched is cancelled (and taken again into nowhere) */
+    for (int i = 0; i < tp->nranks; i++)
+        for (ucx_rrec_t *r = tp->peers[i].rx_head; r; r = r->next)
+            if (r->data_ureq && !r->complete && !r->released && ucx_in(r->dst, lo, len)) {
+                r->released = 1;
+                ucp_request_cancel(tp->worker, r->data_ureq);
+            }
+    if (tp->rrx.cur && ucx_in(tp->rrx.dest, lo, len)) tp->rrx.dest = NULL; /* chunks are copied in progress */
+    /* what UCX has started on it: progress a short bound, then close the links */
+    uint64_t deadline = oobx__deadline(UCX_CLOSE_MS);
+    while (ucx_release_busy(tp, lo, len, NULL)) {
+        if (!ucp_worker_progress(tp->worker) && ucp_worker_arm(tp->worker) == UCS_OK) {
+            struct pollfd pf = {.fd = tp->efd, .events = POLLIN};
+            (void)poll(&pf, 1, 5); /* sleep on the worker's event fd, not spin */
+        }
+        if (oobx__now_ns() < deadline) continue;
+        int *peers = calloc((size_t)tp->nranks, sizeof(*peers));
+        if (!peers) break;
+        (void)ucx_release_busy(tp, lo, len, peers);
+        for (int i = 0; i < tp->nranks; i++)
+            if (peers[i])
+                ucx_peer_fail(tp, i, OOBX_ERR_TIMEOUT,
+                              "ucx: UCX did not end its work with rank %d on a buffer given back by a failed call "
+                              "within %d ms; the link is closed",
+                              i, UCX_CLOSE_MS);
+        free(peers);
+        ucx_report_failures(tp); /* closes those endpoints: UCX lets go of the buffer */
+        break;
     }
 }

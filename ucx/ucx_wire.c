@@ -154,8 +154,11 @@ int ucx_msg_decode(int type, const void *buf, size_t len, int src, ucx_msg_t *m,
         memcpy(&pl, p, sizeof(pl));
         if (pl.hdr.src != src) return ucx_bad(why, whylen, "message header names another sender");
         if (pl.hdr.len <= UCX_EAGER_MAX) return ucx_bad(why, whylen, "pull message for a small payload");
+        if (pl.ticket_nonce == 0) return ucx_bad(why, whylen, "pull message without a ticket");
         v.hdr = pl.hdr;
         v.pull_addr = pl.addr;
+        v.pull_ticket = pl.ticket;
+        v.pull_nonce = pl.ticket_nonce;
         break;
     }
     case UCX_T_PULL_ACK:
@@ -201,7 +204,7 @@ size_t ucx_msg_encode(const ucx_msg_t *m, void *out, size_t cap)
         if (m->setup.rkey_len) memcpy(p + sizeof(m->setup), m->rkey, m->setup.rkey_len);
         break;
     case UCX_T_PULL: {
-        ucx_pull_t pl = {.hdr = m->hdr, .addr = m->pull_addr};
+        ucx_pull_t pl = {.hdr = m->hdr, .addr = m->pull_addr, .ticket = m->pull_ticket, .ticket_nonce = m->pull_nonce};
         memcpy(p, &pl, sizeof(pl));
         break;
     }

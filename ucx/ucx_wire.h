@@ -57,10 +57,13 @@ typedef struct ucx_blob_hdr {
 } ucx_blob_hdr_t;
 
 /* PULL: a message whose payload the receiver reads from the sender's memory
- * at addr (same host, cma.h), instead of HDR + DATA. */
+ * at addr (same host, cma.h), instead of HDR + DATA; then it reads the ticket
+ * (moved: read again from the copy; void: the sender let go). */
 typedef struct ucx_pull {
     oobx_msg_hdr_t hdr;
     uint64_t addr;
+    uint64_t ticket;       /* where the pull's ticket lies (cma.h): read after the payload */
+    uint64_t ticket_nonce; /* never 0 */
 } ucx_pull_t;
 
 /* PULL_ACK: the receiver's answer to the PULL of sequence number seq: push 0,
@@ -135,6 +138,7 @@ typedef struct ucx_msg {
     ucx_setup_t setup;            /* SETUP: a usable geometry ... */
     const unsigned char *rkey;    /* ... and setup.rkey_len > 0 bytes of key inside the message */
     uint64_t pull_addr;           /* PULL (its header in hdr) */
+    uint64_t pull_ticket, pull_nonce;
     ucx_pull_ack_t ack;           /* PULL_ACK */
 } ucx_msg_t;
 

@@ -95,6 +95,7 @@ static void verbs_protocol_error(verbs_tp_t *tp, int peer, const char *what)
 static void verbs_send_done(verbs_tp_t *tp, verbs_send_t *s, int status)
 {
     if (s->mr) ibv_dereg_mr(s->mr);
+    if (s->old_mr) ibv_dereg_mr(s->old_mr);
     free(s->own);
     if (s->req && !tp->destroying) {
         s->req->status = status;
@@ -232,7 +233,7 @@ static int verbs_post_chunk(verbs_tp_t *tp, verbs_conn_t *c, verbs_send_t *s, co
 static void verbs_issue_reads(verbs_tp_t *tp, verbs_peer_t *p, verbs_conn_t *c)
 {
     for (verbs_rrec_t *r = p->rx_head; r && p->unread && c->reads_out < tp->read_depth && !p->fail.failed; r = r->next) {
-        while (r->rndv && r->issued < r->len && c->reads_out < tp->read_depth) {
+        while (r->rndv && !r->discard && !r->moved && r->issued < r->len && c->reads_out < tp->read_depth) {
             uint32_t k = 0;
             while (c->read_owner[k]) k++;
             uint64_t piece = r->len - r->issued;
@@ -388,6 +389,31 @@ static void verbs_peer_drain(verbs_tp_t *tp, int peer)
         if (r->has_msg && !tp->destroying) tp->sink.msg_end(tp->sink.core, r->cookie);
         free(r);
     }
+}
+
+/* A rendezvous record after a read came in, a MOVED or a release: once no
+ * read of it is out, a moved payload is read again from its start at its
+ * new place, and the record is done (FIN, then msg_end in order) when all
+ * of it is in, or at once when the caller took the buffer back. */
+static void verbs_rrec_step(verbs_tp_t *tp, int peer, verbs_rrec_t *r)
+{
+    verbs_peer_t *p = &tp->peers[peer];
+    if (!r->rndv || r->complete || r->done != r->issued) return;
+    if (r->moved && !r->discard) {
+        r->moved = 0;
+        r->raddr = r->maddr;
+        r->rkey = r->mrkey;
+        if (r->issued == r->len) p->unread++;
+        r->issued = r->done = 0;
+        verbs_mark_dirty(tp, peer);
+        return;
+    }
+    if (r->done < r->len && !r->discard) return;
+    if (r->mr) ibv_dereg_mr(r->mr);
+    r->mr = NULL;
+    r->complete = 1;
+    verbs_ctrl_queue(tp, peer, VERBS_T_FIN, &r->id, sizeof(r->id));
+    verbs_peer_drain(tp, peer);
 }
 
 static void verbs_on_ring_chunk(verbs_tp_t *tp, int peer, uint32_t imm)
@@ -548,6 +574,17 @@ static void verbs_on_message(verbs_tp_t *tp, verbs_conn_t *c, const unsigned cha
         verbs_mark_dirty(tp, peer);
         return;
     }
+    case VERBS_T_MOVED:
+        for (verbs_rrec_t *r = p->rx_head; r; r = r->next)
+            if (r->rndv && r->id == m.rts.id && !r->complete) {
+                if (r->discard) return; /* nothing more is read anyway */
+                r->moved = 1;
+                r->maddr = m.rts.addr;
+                r->mrkey = m.rts.rkey;
+                verbs_rrec_step(tp, peer, r);
+                return;
+            }
+        return; /* read in full before the move came: its FIN is on the way */
     case VERBS_T_FIN:
         for (verbs_send_t *s = p->wait; s; s = s->next)
             if (s->type == VERBS_SEND_RNDV && s->id == m.value) {
@@ -631,6 +668,11 @@ static void verbs_on_wc(verbs_tp_t *tp, const struct ibv_wc *wc)
         verbs_send_t *s = c->slot_owner[idx];
         c->slot_owner[idx] = NULL;
         c->free_slots[c->nfree++] = idx;
+        if (s && s->old_left && --s->old_left == 0) {
+            /* the last write that read the caller's buffer (chunks complete in order) */
+            ibv_dereg_mr(s->old_mr);
+            s->old_mr = NULL;
+        }
         if (s && --s->pending == 0 && s->issued) {
             verbs_wait_remove(p, s);
             verbs_send_done(tp, s, 0);
@@ -643,13 +685,7 @@ static void verbs_on_wc(verbs_tp_t *tp, const struct ibv_wc *wc)
         c->read_owner[idx] = NULL;
         c->reads_out--;
         r->done += c->read_len[idx];
-        if (r->done == r->len) {
-            ibv_dereg_mr(r->mr);
-            r->mr = NULL;
-            r->complete = 1;
-            verbs_ctrl_queue(tp, peer, VERBS_T_FIN, &r->id, sizeof(r->id));
-            verbs_peer_drain(tp, peer);
-        }
+        verbs_rrec_step(tp, peer, r);
         break;
     }
     default:
@@ -893,6 +929,112 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
         break;
     }
     return 0;
+}
+
+static int verbs_in(const void *p, const char *base, size_t len)
+{
+    return p && (const char *)p >= base && (const char *)p < base + len;
+}
+
+/* s goes on from a copy of its payload: its caller takes the buffer back.
+ * A rendezvous whose RTS is out tells the reader where the copy is (MOVED)
+ * and keeps the old registration until the FIN; a ring message keeps it
+ * until the writes posted from it are complete. */
+static int verbs_send_own(verbs_tp_t *tp, int peer, verbs_send_t *s, int posted)
+{
+    size_t len = s->hdr.len;
+    void *own = malloc(len);
+    struct ibv_mr *mr = NULL;
+    if (own) memcpy(own, s->payload, len);
+    if (own && s->mr) mr = ibv_reg_mr(tp->pd, own, len, s->type == VERBS_SEND_RNDV ? IBV_ACCESS_REMOTE_READ : 0);
+    if (!own || (s->mr && !mr)) {
+        char who[128];
+        free(own);
+        verbs_peer_fail(tp, peer, OOBX_ERR_NOMEM,
+                        "verbs: cannot copy and register the %zu-byte payload of a message to %s whose call ended "
+                        "(device %s); the link is closed",
+                        len, verbs_who(tp, peer, who, sizeof(who)), tp->dev);
+        return -1;
+    }
+    s->own = own;
+    s->payload = own;
+    if (!s->mr) return 0;
+    if (s->type == VERBS_SEND_RNDV && posted) {
+        verbs_rts_t mv = {.addr = (uintptr_t)own, .rkey = mr->rkey, .id = s->id};
+        s->old_mr = s->mr;
+        s->mr = mr;
+        return verbs_ctrl_queue(tp, peer, VERBS_T_MOVED, &mv, sizeof(mv));
+    }
+    if (s->type == VERBS_SEND_RING && s->pending) {
+        s->old_mr = s->mr;
+        s->old_left = s->pending;
+    } else {
+        ibv_dereg_mr(s->mr);
+    }
+    s->mr = mr;
+    return 0;
+}
+
+/* Work the device still does on a given-back buffer, of peer p. */
+static int verbs_release_busy(const verbs_peer_t *p)
+{
+    if (p->fail.failed) return 0;
+    for (int l = 0; l < 2; l++)
+        for (const verbs_send_t *s = l ? p->wait : p->sq_head; s; s = s->next)
+            if (s->old_left) return 1;
+    for (const verbs_rrec_t *r = p->rx_head; r; r = r->next)
+        if (r->discard && !r->complete) return 1;
+    return 0;
+}
+
+static void verbs_release(oobx_tp_t *base, const void *b, size_t len)
+{
+    verbs_tp_t *tp = (verbs_tp_t *)base;
+    int busy = 0;
+    for (int i = 0; i < tp->nranks; i++) {
+        verbs_peer_t *p = &tp->peers[i];
+        if (p->fail.failed) continue;
+        for (int l = 0; l < 2 && !p->fail.failed; l++)
+            for (verbs_send_t *s = l ? p->wait : p->sq_head; s; s = s->next)
+                if (!s->own && s->hdr.len && verbs_in(s->payload, b, len) && verbs_send_own(tp, i, s, l)) break;
+        for (verbs_rrec_t *r = p->rx_head; r && !p->fail.failed; r = r->next)
+            if (r->rndv && !r->complete && !r->discard && verbs_in(r->dst, b, len)) {
+                if (r->issued < r->len) p->unread--;
+                r->discard = 1;
+            }
+        /* those with no read out are done now (the drain may free records: start over) */
+        for (verbs_rrec_t *r = p->rx_head; r && !p->fail.failed;) {
+            if (r->discard && !r->complete && r->done == r->issued) {
+                verbs_rrec_step(tp, i, r);
+                r = p->rx_head;
+                continue;
+            }
+            r = r->next;
+        }
+        busy |= verbs_release_busy(p);
+    }
+    if (tp->rx_cur && verbs_in(tp->rx_dest, b, len)) tp->rx_dest = NULL; /* ring chunks are copied in progress */
+    /* reads into it and writes from it that the device has: a short bound */
+    uint64_t deadline = oobx__deadline(VERBS_RELEASE_MS);
+    while (busy && !tp->fatal) {
+        verbs_progress_inner(tp);
+        busy = 0;
+        for (int i = 0; i < tp->nranks; i++) busy |= verbs_release_busy(&tp->peers[i]);
+        if (!busy) break;
+        if (oobx__now_ns() >= deadline) {
+            for (int i = 0; i < tp->nranks; i++)
+                if (verbs_release_busy(&tp->peers[i])) {
+                    char who[128];
+                    verbs_peer_fail(tp, i, OOBX_ERR_TIMEOUT,
+                                    "verbs: the device did not end its work on a buffer given back by a failed call "
+                                    "within %d ms (link to %s, device %s); the link is closed",
+                                    VERBS_RELEASE_MS, verbs_who(tp, i, who, sizeof(who)), tp->dev);
+                }
+            verbs_report_failures(tp); /* closes those QPs now: nothing touches the buffer after this */
+            break;
+        }
+        usleep(50);
+    }
 }
 
 static int verbs_ring(oobx_tp_t *base, int prev, int next)
@@ -1297,6 +1439,7 @@ const oobx_tp_ops_t oobx_verbs_ops = {
     .set_peer = verbs_set_peer,
     .ring = verbs_ring,
     .send = verbs_send,
+    .release = verbs_release,
     .progress = verbs_progress,
     .wait_prepare = verbs_wait_prepare,
     .sleep = oobx_tp_sleep_poll,

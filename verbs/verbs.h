@@ -26,6 +26,7 @@
 #define VERBS_LINKS_MAX 1024          /* QPs per instance; sizes the shared CQ */
 #define VERBS_RESOLVE_MS 2000         /* rdma_resolve_addr / rdma_resolve_route */
 #define VERBS_COPY_MAX (256u << 10)   /* larger messages are copied at send and done at once, up to this */
+#define VERBS_RELEASE_MS 2000         /* bound on the device's work on a buffer a failed call gives back */
 #define VERBS_RING_DIRECT_MIN (8u << 20) /* ring-link messages this large go by RDMA READ */
 #define VERBS_FLUSH_MS 200            /* destroy: bound on flushing queued sends */
 

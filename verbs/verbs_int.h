@@ -42,7 +42,10 @@ typedef struct verbs_send {
     uint64_t id;            /* rendezvous id, echoed by FIN */
     int pending;            /* posted writes that read the payload through mr */
     int issued;             /* every chunk posted */
-    void *own;              /* a copy of a small payload that had to wait (the request is done) */
+    void *own;              /* a copy of a small payload that had to wait (the request is done), or of one
+                             * whose call gave the caller's buffer back (verbs_release) */
+    struct ibv_mr *old_mr;  /* the caller's buffer, registered, until the reads or writes on it are over */
+    int old_left;           /* posted writes that still read through old_mr (a ring message) */
 } verbs_send_t;
 
 /* A control message waiting for a credit. */
@@ -65,6 +68,10 @@ typedef struct verbs_rrec {
     uint32_t rkey;
     void *dst;
     struct ibv_mr *mr;
+    int discard;            /* the caller took dst back: no more reads, done when those out are in */
+    int moved;              /* MOVED came: read again from its start at maddr once the reads out are in */
+    uint64_t maddr;
+    uint32_t mrkey;
 } verbs_rrec_t;
 
 typedef struct verbs_conn {

@@ -183,6 +183,10 @@ int verbs_msg_decode(const void *buf, size_t len, int src, verbs_msg_t *m, char 
         if (v.hdr.src != src || v.hdr.len <= VERBS_EAGER_MAX)
             return verbs_bad(why, whylen, "rendezvous header disagrees with its sender or length");
         break;
+    case VERBS_T_MOVED:
+        if (blen != sizeof(v.rts)) return verbs_bad(why, whylen, "moved rendezvous of the wrong size");
+        memcpy(&v.rts, body, sizeof(v.rts));
+        break;
     case VERBS_T_FIN:
         if (blen != sizeof(v.value)) return verbs_bad(why, whylen, "FIN of the wrong size");
         memcpy(&v.value, body, sizeof(v.value));
@@ -224,6 +228,7 @@ size_t verbs_msg_encode(const verbs_msg_t *m, void *out, size_t cap)
     switch (m->w.type) {
     case VERBS_T_EAGER: body = sizeof(m->hdr) + m->hdr.len; break;
     case VERBS_T_RTS: body = sizeof(m->hdr) + sizeof(m->rts); break;
+    case VERBS_T_MOVED: body = sizeof(m->rts); break;
     case VERBS_T_FIN:
     case VERBS_T_RCREDIT: body = sizeof(m->value); break;
     case VERBS_T_CREDIT: body = 0; break;
@@ -243,6 +248,7 @@ size_t verbs_msg_encode(const verbs_msg_t *m, void *out, size_t cap)
         memcpy(p + n, &m->hdr, sizeof(m->hdr));
         memcpy(p + n + sizeof(m->hdr), &m->rts, sizeof(m->rts));
         break;
+    case VERBS_T_MOVED: memcpy(p + n, &m->rts, sizeof(m->rts)); break;
     case VERBS_T_FIN:
     case VERBS_T_RCREDIT: memcpy(p + n, &m->value, sizeof(m->value)); break;
     case VERBS_T_SETUP: memcpy(p + n, &m->setup, sizeof(m->setup)); break;

@@ -42,6 +42,7 @@ enum {
     VERBS_T_SETUP = 5,   /* verbs_setup_t: the receiver's ring buffer for the link sender -> receiver */
     VERBS_T_RCREDIT = 6, /* uint64_t: every ring chunk before this is free */
     VERBS_T_AUTH = 7,    /* a 32-byte mac: the first message each side sends (docs/security.md) */
+    VERBS_T_MOVED = 8,   /* verbs_rts_t: the payload of rendezvous id is read from here on, from its start */
 };
 
 typedef struct verbs_rts {
@@ -161,7 +162,7 @@ typedef struct verbs_msg {
     verbs_wire_t w;
     oobx_msg_hdr_t hdr;           /* EAGER, RTS */
     const unsigned char *payload; /* EAGER: hdr.len bytes inside the received buffer */
-    verbs_rts_t rts;              /* RTS */
+    verbs_rts_t rts;              /* RTS, MOVED */
     uint64_t value;               /* FIN: the rendezvous id; RCREDIT: the ring credit */
     verbs_setup_t setup;          /* SETUP: a usable ring geometry */
     unsigned char mac[32];        /* AUTH */

@@ -50,6 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     "accepted a ring of %u slots of %u bytes", m.setup.slots, m.setup.slot_bytes);
         break;
     }
+    case VERBS_T_MOVED:
+        FUZZ_ASSERT(len == sizeof(verbs_wire_t) + sizeof(m.rts), "moved rendezvous in a message of %zu bytes", len);
+        break;
     case VERBS_T_FIN:
     case VERBS_T_CREDIT:
     case VERBS_T_RCREDIT: break;

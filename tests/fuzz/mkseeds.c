@@ -290,6 +290,9 @@ static void verbs_msgs(void)
     verbs_msg_put("rts", &m, 2, 0);
     m.hdr.len = VERBS_EAGER_MAX;
     verbs_msg_put("rts-small", &m, 2, 0);
+    m.w.type = VERBS_T_MOVED;
+    m.rts = (verbs_rts_t){.addr = 0x7f0000800000ull, .rkey = 0x4321, .id = 77};
+    verbs_msg_put("moved", &m, 2, 0);
     m.w.type = VERBS_T_FIN;
     m.value = 77;
     verbs_msg_put("fin", &m, 2, 0);
@@ -395,6 +398,8 @@ static void ucx_ctrls(void)
     m.type = UCX_T_PULL;
     m.hdr = (oobx_msg_hdr_t){.ctx = 5, .tag = 2, .len = 1 << 20, .src = 3, .kind = OOBX_MSG_P2P};
     m.pull_addr = 0x7f0000400000ull;
+    m.pull_ticket = 0x7f0000500010ull;
+    m.pull_nonce = 0x9e3779b97f4a7c15ull;
     ucx_ctrl_put("pull", &m, 3, 0);
     ucx_ctrl_put("pull-cut", &m, 3, 1);
     m.type = UCX_T_PULL_ACK;
