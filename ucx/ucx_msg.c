@@ -612,7 +612,8 @@ static int ucx_release_busy(ucx_tp_t *tp, const char *base, size_t len, int *pee
 {
     int busy = 0;
     for (ucx_sreq_t *s = tp->live; s; s = s->live_next)
-        if (s->peer >= 0 && s->pending > 0 && (s->wait_old || (!s->own && ucx_in(s->payload, base, len)))) {
+        if (s->peer >= 0 && s->pending > 0 && !tp->peers[s->peer].fail.failed &&
+            (s->wait_old || (!s->own && ucx_in(s->payload, base, len)))) {
             busy = 1;
             if (peers) peers[s->peer] = 1;
         }
@@ -639,6 +640,8 @@ void ucx_release(oobx_tp_t *base, const void *buf, size_t len)
 {
     ucx_tp_t *tp = (ucx_tp_t *)base;
     const char *lo = buf;
+    /* failed peers not yet dropped: dropping closes their endpoints, which ends UCX's sends to them */
+    if (tp->fail_pending && !tp->destroying) ucx_report_failures(tp);
     /* ring messages not yet written in full go on from a copy */
     for (ucx_sreq_t *s = tp->rtx.q_head; s; s = s->next)
         if (!s->own && s->hdr.len && ucx_in(s->payload, lo, len)) {

@@ -991,6 +991,8 @@ static void verbs_release(oobx_tp_t *base, const void *b, size_t len)
 {
     verbs_tp_t *tp = (verbs_tp_t *)base;
     int busy = 0;
+    /* failed peers not yet dropped still have their QPs: drop them now */
+    if (tp->fail_pending && !tp->destroying) verbs_report_failures(tp);
     for (int i = 0; i < tp->nranks; i++) {
         verbs_peer_t *p = &tp->peers[i];
         if (p->fail.failed) continue;
