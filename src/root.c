@@ -781,6 +781,16 @@ static int unproved_cap(const root_state_t *st)
     return twice > ROOT_UNPROVED_SRC_MIN ? twice : ROOT_UNPROVED_SRC_MIN;
 }
 
+/* A connection silent past its 10 s may stay while the root has no more
+ * connections without proof than reports it still waits for (so none of
+ * them needs to be a stray); with more, or before the first report has said
+ * how many ranks come, the silent ones go, so that strays cannot keep the
+ * caps full. */
+static int silent_may_stay(const root_state_t *st)
+{
+    return st->nranks > 0 && st->unproved <= st->nrecv - st->nin;
+}
+
 static void accept_all(root_state_t *st)
 {
     for (;;) {
@@ -918,8 +928,17 @@ static void *root_main(void *arg)
         for (int i = 0; i < st->nconns; i++) {
             root_conn_t *c = &st->conns[i];
             if (c->fd >= 0 && c->state <= RC_BLOB && now >= c->hello_deadline) {
+                if (silent_may_stay(st)) {
+                    /* as many unproved connections as reports still owed: a
+                     * rank of an oversubscribed host can be this slow */
+                    c->hello_deadline = now + 10ull * 1000000000ull;
+                    continue;
+                }
                 if (oobx__ratelimit_ok(&st->stray_rl))
-                    OOBX_WARN(&st->log, "root %s: %s sent no complete report within 10 s; dropped", st->name, c->peer);
+                    OOBX_WARN(&st->log,
+                              "root %s: %s sent no complete report within 10 s; dropped (%d connections without "
+                              "proof, %d of %d reports in)",
+                              st->name, c->peer, st->unproved, st->nin, st->nrecv);
                 conn_close(st, i);
             }
         }

@@ -1070,6 +1070,87 @@ static void test_root_flood(void **state)
     if (peak > CAP + 200) fail_msg("rank 0 held %d descriptors under the flood (cap %d + its own)", peak, CAP);
 }
 
+/* ---- a silent connection while a slow rank is still owed ------------------------------ */
+
+/* The last rank reports 11 s late (a rank of an oversubscribed host can be
+ * that slow between its connect and its report). */
+static int rank_late_reporter(harness_rank_t *r)
+{
+    if (r->rank == r->nranks - 1) sleep_ms(11000);
+    else if (r->rank != 0) sleep_ms(300);
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    size_t b = 64;
+    unsigned char *buf = calloc((size_t)r->nranks, b);
+    harness_fill(buf + (size_t)r->rank * b, b, r->rank, 9);
+    H_OK(r, oobx_allgather(c, buf, b));
+    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, 9, "slice %d", i);
+    free(buf);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* 1: fd is closed (end of file after whatever was queued), 0: still open. */
+static int fd_closed(int fd)
+{
+    unsigned char b[256];
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (k == 0) return 1;
+        if (k < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : 1;
+    }
+}
+
+/* A root drops a connection that sent no report within 10 s only when it
+ * holds more connections without proof than it still waits for reports: a
+ * silent client that connects as the job starts is kept past its 10 s while
+ * the last rank's report is owed, so a rank that slow would be too (the
+ * 10,240-rank start-up on 2 cores lost ranks that way), and the job
+ * completes. */
+static void test_root_keeps_slow_reporter(void **state)
+{
+    (void)state;
+    if (strcmp(harness_transport(), "socket") != 0) skip(); /* the roots are the same on every transport */
+    int port = harness_free_port();
+    char id[64];
+    snprintf(id, sizeof id, "127.0.0.1:%d", port);
+    harness_job_opts_t o = {.name = "root_keeps_slow_reporter_n4", .nranks = 4, .from_env = 1, .comm_id = id,
+                            .fn = rank_late_reporter, .call_timeout_ms = 40000, .deadline_s = 60};
+    harness_job_t job;
+    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = -1;
+    double t0 = harness_now();
+    while (fd < 0 && harness_now() - t0 < 10) { /* the root comes up in rank 0 */
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            close(fd);
+            fd = -1;
+            sleep_ms(5);
+        }
+    }
+    if (fd < 0) fail_msg("the root never came up on port %d", port);
+    double t_conn = harness_now();
+    /* past its 10 s, before the late rank reports (11 s after the start) */
+    while (harness_now() - t_conn < 10.6) {
+        if (fd_closed(fd)) break;
+        sleep_ms(50);
+    }
+    double held = harness_now() - t_conn;
+    int closed_early = fd_closed(fd) && held < 10.6;
+    while (harness_job_poll(&job, 50) != 0) {
+    }
+    int v = harness_job_wait(&job);
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", job.msg);
+    harness_job_free(&job);
+    close(fd);
+    print_message("  root_keeps_slow_reporter_n4: the silent connection was %s after %.1f s\n",
+                  closed_early ? "closed" : "still open", held);
+    if (v != HARNESS_PASS) fail_msg("%s", msg);
+    if (closed_early) fail_msg("the root dropped a silent connection after %.1f s while a rank's report was owed", held);
+}
+
 /* ---- a second job on the same port --------------------------------------------------- */
 
 static int rank_job_a(harness_rank_t *r)
@@ -1353,6 +1434,7 @@ int main(void)
         cmocka_unit_test(test_stray_clients),
         cmocka_unit_test(test_stray_clients_env),
         cmocka_unit_test(test_root_flood),
+        cmocka_unit_test(test_root_keeps_slow_reporter),
         cmocka_unit_test(test_second_job_same_port),
         cmocka_unit_test(test_second_job_same_port_no_key),
         cmocka_unit_test(test_bad_ids),
