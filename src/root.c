@@ -781,14 +781,29 @@ static int unproved_cap(const root_state_t *st)
     return twice > ROOT_UNPROVED_SRC_MIN ? twice : ROOT_UNPROVED_SRC_MIN;
 }
 
-/* A connection silent past its 10 s may stay while the root has no more
- * connections without proof than reports it still waits for (so none of
- * them needs to be a stray); with more, or before the first report has said
- * how many ranks come, the silent ones go, so that strays cannot keep the
- * caps full. */
-static int silent_may_stay(const root_state_t *st)
+/* Over a cap: closes the oldest connection without a report that has been
+ * silent past its 10 s (of source slot src, or of any source when src < 0),
+ * to make room for a new one. Silent connections stay as long as there is
+ * room: a rank of an oversubscribed host may take longer than 10 s from its
+ * connect to its report (10,240 ranks on 2 cores: 641 of them at one root),
+ * and only strays that keep a cap full must go. 1 when one was closed. */
+static int evict_silent(root_state_t *st, int src, uint64_t now)
 {
-    return st->nranks > 0 && st->unproved <= st->nrecv - st->nin;
+    int oldest = -1;
+    for (int i = 0; i < st->nconns; i++) {
+        const root_conn_t *c = &st->conns[i];
+        if (c->fd < 0 || c->state > RC_BLOB || c->src < 0 || now < c->hello_deadline || (src >= 0 && c->src != src))
+            continue;
+        if (oldest < 0 || c->hello_deadline < st->conns[oldest].hello_deadline) oldest = i;
+    }
+    if (oldest < 0) return 0;
+    if (oobx__ratelimit_ok(&st->stray_rl))
+        OOBX_WARN(&st->log,
+                  "root %s: %s sent no complete report within 10 s; dropped to make room (%d connections without "
+                  "proof, %d of %d reports in)",
+                  st->name, st->conns[oldest].peer, st->unproved, st->nin, st->nrecv);
+    conn_close(st, oldest);
+    return 1;
 }
 
 static void accept_all(root_state_t *st)
@@ -816,7 +831,12 @@ static void accept_all(root_state_t *st)
         }
         int slot = src_slot(st, &peer), cap = unproved_cap(st);
         int from_one = st->src_tab[slot].n >= cap;
-        if (from_one || st->unproved >= (cap > ROOT_UNPROVED_MAX ? cap : ROOT_UNPROVED_MAX)) {
+        int all = st->unproved >= (cap > ROOT_UNPROVED_MAX ? cap : ROOT_UNPROVED_MAX);
+        if ((from_one || all) && evict_silent(st, from_one ? slot : -1, oobx__now_ns())) {
+            from_one = st->src_tab[slot].n >= cap;
+            all = st->unproved >= (cap > ROOT_UNPROVED_MAX ? cap : ROOT_UNPROVED_MAX);
+        }
+        if (from_one || all) {
             /* closed before its challenge: a rank connects again */
             close(fd);
             if (st->shed++ == 0 || oobx__ratelimit_ok(&st->stray_rl)) {
@@ -925,23 +945,6 @@ static void *root_main(void *arg)
                 if (st->conns[i].fd >= 0 && st->conns[i].state == RC_SEND) pending = 1;
             if (!pending || now >= st->deadline + 2000000000ull) break;
         }
-        for (int i = 0; i < st->nconns; i++) {
-            root_conn_t *c = &st->conns[i];
-            if (c->fd >= 0 && c->state <= RC_BLOB && now >= c->hello_deadline) {
-                if (silent_may_stay(st)) {
-                    /* as many unproved connections as reports still owed: a
-                     * rank of an oversubscribed host can be this slow */
-                    c->hello_deadline = now + 10ull * 1000000000ull;
-                    continue;
-                }
-                if (oobx__ratelimit_ok(&st->stray_rl))
-                    OOBX_WARN(&st->log,
-                              "root %s: %s sent no complete report within 10 s; dropped (%d connections without "
-                              "proof, %d of %d reports in)",
-                              st->name, c->peer, st->unproved, st->nin, st->nrecv);
-                conn_close(st, i);
-            }
-        }
         compact(st);
         if (cappfds < st->nconns + 1) {
             cappfds = (st->nconns + 1) * 2;
@@ -956,7 +959,6 @@ static void *root_main(void *arg)
             root_conn_t *c = &st->conns[i];
             pfds[i + 1].fd = c->fd;
             pfds[i + 1].events = c->state == RC_SEND ? POLLOUT : POLLIN;
-            if (c->state <= RC_BLOB && c->hello_deadline < wake) wake = c->hello_deadline;
         }
         int ms = oobx__ms_left(wake, 1000);
         int n = poll(pfds, (nfds_t)st->nconns + 1, ms);

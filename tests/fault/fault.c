@@ -1151,6 +1151,74 @@ static void test_root_keeps_slow_reporter(void **state)
     if (closed_early) fail_msg("the root dropped a silent connection after %.1f s while a rank's report was owed", held);
 }
 
+static int rank_after_flood(harness_rank_t *r)
+{
+    if (r->rank != 0) sleep_ms(10500); /* rank 0 holds the root port, and has reported */
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    size_t b = 64;
+    unsigned char *buf = calloc((size_t)r->nranks, b);
+    harness_fill(buf + (size_t)r->rank * b, b, r->rank, 11);
+    H_OK(r, oobx_allgather(c, buf, b));
+    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, 11, "slice %d", i);
+    free(buf);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Strays that fill a root's cap and stay: silent connections are no longer
+ * dropped at 10 s by themselves, so the ranks that come later make room: a
+ * connection over the cap closes the oldest one silent past 10 s. The
+ * flood (the cap's 1024 from this address) is held all along; the three
+ * ranks that come at 10.5 s get in, and the job completes. */
+static void test_root_flood_outlasted(void **state)
+{
+    (void)state;
+    if (strcmp(harness_transport(), "socket") != 0) skip(); /* the roots are the same on every transport */
+    enum { FLOOD = 1024 };
+    int port = harness_free_port();
+    char id[64];
+    snprintf(id, sizeof id, "127.0.0.1:%d", port);
+    harness_job_opts_t o = {.name = "root_flood_outlasted_n4", .nranks = 4, .from_env = 1, .comm_id = id,
+                            .fn = rank_after_flood, .call_timeout_ms = 30000, .deadline_s = 60};
+    harness_job_t job;
+    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    int *fds = malloc(FLOOD * sizeof(int));
+    assert_non_null(fds);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int n = 0;
+    double t0 = harness_now();
+    sleep_ms(300); /* rank 0's own report first */
+    while (n < FLOOD && harness_now() - t0 < 10) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) break;
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            close(fd);
+            sleep_ms(5);
+            continue;
+        }
+        fds[n++] = fd;
+    }
+    while (harness_job_poll(&job, 50) != 0) {
+    }
+    int v = harness_job_wait(&job);
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", job.msg);
+    double took = harness_now() - t0;
+    harness_job_free(&job);
+    int evicted = 0;
+    for (int i = 0; i < n; i++) {
+        evicted += fd_closed(fds[i]);
+        close(fds[i]);
+    }
+    free(fds);
+    print_message("  root_flood_outlasted_n4: %d silent connections held; the job took %.1f s; %d of them were "
+                  "dropped to make room or with the root\n",
+                  n, took, evicted);
+    if (v != HARNESS_PASS) fail_msg("%s", msg);
+    if (n < FLOOD) fail_msg("only %d of %d flood connections were made", n, FLOOD);
+}
+
 /* ---- a second job on the same port --------------------------------------------------- */
 
 static int rank_job_a(harness_rank_t *r)
@@ -1435,6 +1503,7 @@ int main(void)
         cmocka_unit_test(test_stray_clients_env),
         cmocka_unit_test(test_root_flood),
         cmocka_unit_test(test_root_keeps_slow_reporter),
+        cmocka_unit_test(test_root_flood_outlasted),
         cmocka_unit_test(test_second_job_same_port),
         cmocka_unit_test(test_second_job_same_port_no_key),
         cmocka_unit_test(test_bad_ids),
