@@ -24,7 +24,7 @@
 
 #define SK_STAGE_BYTES (256 * 1024)
 #define SK_DIRECT_MIN (64 * 1024) /* bodies at least this big are read straight into place */
-#define SK_HELLO_MS 10000         /* an accepted connection must say hello within this */
+#define SK_HELLO_MS 10000         /* an accepted connection must say hello within this, or the timeout if longer */
 #define SK_MAX_PENDING 1024       /* unidentified inbound connections kept at once */
 #define SK_REFUSED_MAX 3          /* connects to a rank's listener refused in a row before it counts as gone */
 #define SK_SOCKADDR_BYTES 24                                   /* family, port, address, scope */
@@ -1156,7 +1156,11 @@ static void accept_all(sk_tp_t *t)
             continue;
         }
         oobx__sock_addr_format(&a, c->name, sizeof(c->name));
-        c->deadline = oobx__now_ns() + (uint64_t)SK_HELLO_MS * 1000000ull;
+        /* a connector of an oversubscribed host may be slow to say hello: the
+         * timeout, when longer (a flood makes room by the cap, above) */
+        int hello_ms = t->timeout_ms > SK_HELLO_MS || t->timeout_ms < 0 ? (t->timeout_ms < 0 ? 120000 : t->timeout_ms)
+                                                                       : SK_HELLO_MS;
+        c->deadline = oobx__now_ns() + (uint64_t)hello_ms * 1000000ull;
         t->npending++;
         memcpy(c->auth.nonce_a, t->inst, OOBX_NONCE_BYTES);
         /* a connector sends its hello as its connect completes: it is often
@@ -1244,7 +1248,7 @@ static int sk_progress(oobx_tp_t *tpp)
         for (sk_conn_t *c = t->conns, *nx; c; c = nx) {
             nx = c->next_all;
             if (c->state == SC_HELLO_IN && c->peer < 0 && now >= c->deadline)
-                conn_drop_stray(t, c, "no hello within 10 s", 1);
+                conn_drop_stray(t, c, "no hello in time", 1);
         }
     }
     if (t->nstray_dead > 0) {
