@@ -640,6 +640,9 @@ static void verbs_on_wc(verbs_tp_t *tp, const struct ibv_wc *wc)
     verbs_peer_t *p = &tp->peers[peer];
     verbs_conn_t *c = p->conn;
     if (!c || c->serial != serial || !c->qp || c->qp->qp_num != wc->qp_num) return; /* a connection gone */
+    /* a connection refused for its proof: its receives are flushed as it
+     * goes, which says nothing of the rank it claimed */
+    if (c->proved < 0) return;
     if (wc->status != IBV_WC_SUCCESS) {
         if (!p->fail.failed && !tp->destroying) {
             char who[128];
