@@ -998,6 +998,56 @@ static int fds_of(pid_t pid)
     return n;
 }
 
+/* Init after delay_ms, one checked allgather of 64 B per rank (pattern
+ * seed), a barrier, destroy: the ranks of the root tests below. */
+static int allgather_after(harness_rank_t *r, int delay_ms, int seed)
+{
+    if (delay_ms > 0) sleep_ms(delay_ms);
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    size_t b = 64;
+    unsigned char *buf = calloc((size_t)r->nranks, b);
+    harness_fill(buf + (size_t)r->rank * b, b, r->rank, seed);
+    H_OK(r, oobx_allgather(c, buf, b));
+    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, seed, "slice %d", i);
+    free(buf);
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Starts an env-started job whose rank 0 hosts the root at a free port of
+ * 127.0.0.1 (id keeps the address while the job runs); returns the port. */
+static int job_on_free_port(harness_job_t *job, harness_job_opts_t o, char id[64])
+{
+    int port = harness_free_port();
+    snprintf(id, 64, "127.0.0.1:%d", port);
+    o.from_env = 1;
+    o.comm_id = id;
+    if (harness_job_start(job, &o) != 0) fail_msg("%s", job->msg);
+    return port;
+}
+
+/* Up to n connections to the root at 127.0.0.1:port, kept in fds; refused
+ * connects are tried again for 10 s (the root comes up in rank 0). */
+static int connect_many(int port, int *fds, int n)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int k = 0;
+    double t0 = harness_now();
+    while (k < n && harness_now() - t0 < 10) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) break;
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            close(fd);
+            sleep_ms(5);
+            continue;
+        }
+        fds[k++] = fd;
+    }
+    return k;
+}
+
 /* 3000 connections from this address to a root that hold still: the root
  * keeps at most its cap of them (1024 per address) and closes the others
  * before their challenge; the job's ranks (rank_job_a: all but rank 0
@@ -1009,33 +1059,15 @@ static void test_root_flood(void **state)
 {
     (void)state;
     enum { FLOOD = 3000, CAP = 1024 };
-    int port = harness_free_port();
     char id[64];
-    snprintf(id, sizeof id, "127.0.0.1:%d", port);
-    harness_job_opts_t o = {.name = "root_flood_n8", .nranks = 8, .from_env = 1, .comm_id = id,
-                            .fn = rank_job_a, .call_timeout_ms = 20000, .deadline_s = 40};
+    harness_job_opts_t o = {.name = "root_flood_n8", .nranks = 8, .fn = rank_job_a, .call_timeout_ms = 20000, .deadline_s = 40};
     harness_job_t job;
-    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    int port = job_on_free_port(&job, o, id);
     int *fds = malloc(FLOOD * sizeof(int));
     assert_non_null(fds);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int n = 0, peak = 0;
+    int peak = 0;
     double t0 = harness_now();
-    /* the root comes up in rank 0 */
-    while (n < FLOOD && harness_now() - t0 < 10) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) break;
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-            close(fd);
-            if (n == 0) {
-                sleep_ms(5);
-                continue;
-            }
-            break;
-        }
-        fds[n++] = fd;
-    }
+    int n = connect_many(port, fds, FLOOD);
     /* hold them 2 s, watching rank 0's descriptors */
     while (harness_now() - t0 < 2.0) {
         int k = fds_of(job.pids[0]);
@@ -1076,17 +1108,7 @@ static void test_root_flood(void **state)
  * that slow between its connect and its report). */
 static int rank_late_reporter(harness_rank_t *r)
 {
-    if (r->rank == r->nranks - 1) sleep_ms(11000);
-    else if (r->rank != 0) sleep_ms(300);
-    oobx_comm_t c = harness_comm_init_or_die(r);
-    size_t b = 64;
-    unsigned char *buf = calloc((size_t)r->nranks, b);
-    harness_fill(buf + (size_t)r->rank * b, b, r->rank, 9);
-    H_OK(r, oobx_allgather(c, buf, b));
-    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, 9, "slice %d", i);
-    free(buf);
-    H_OK(r, oobx_comm_destroy(c));
-    return 0;
+    return allgather_after(r, r->rank == r->nranks - 1 ? 11000 : r->rank ? 300 : 0, 9);
 }
 
 /* 1: fd is closed (end of file after whatever was queued), 0: still open. */
@@ -1110,26 +1132,12 @@ static void test_root_keeps_slow_reporter(void **state)
 {
     (void)state;
     if (strcmp(harness_transport(), "socket") != 0) skip(); /* the roots are the same on every transport */
-    int port = harness_free_port();
     char id[64];
-    snprintf(id, sizeof id, "127.0.0.1:%d", port);
-    harness_job_opts_t o = {.name = "root_keeps_slow_reporter_n4", .nranks = 4, .from_env = 1, .comm_id = id,
-                            .fn = rank_late_reporter, .call_timeout_ms = 40000, .deadline_s = 60};
+    harness_job_opts_t o = {.name = "root_keeps_slow_reporter_n4", .nranks = 4, .fn = rank_late_reporter, .call_timeout_ms = 40000, .deadline_s = 60};
     harness_job_t job;
-    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int port = job_on_free_port(&job, o, id);
     int fd = -1;
-    double t0 = harness_now();
-    while (fd < 0 && harness_now() - t0 < 10) { /* the root comes up in rank 0 */
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-            close(fd);
-            fd = -1;
-            sleep_ms(5);
-        }
-    }
-    if (fd < 0) fail_msg("the root never came up on port %d", port);
+    if (connect_many(port, &fd, 1) != 1) fail_msg("the root never came up on port %d", port);
     double t_conn = harness_now();
     /* past its 10 s, before the late rank reports (11 s after the start) */
     while (harness_now() - t_conn < 10.6) {
@@ -1153,16 +1161,7 @@ static void test_root_keeps_slow_reporter(void **state)
 
 static int rank_after_flood(harness_rank_t *r)
 {
-    if (r->rank != 0) sleep_ms(10500); /* rank 0 holds the root port, and has reported */
-    oobx_comm_t c = harness_comm_init_or_die(r);
-    size_t b = 64;
-    unsigned char *buf = calloc((size_t)r->nranks, b);
-    harness_fill(buf + (size_t)r->rank * b, b, r->rank, 11);
-    H_OK(r, oobx_allgather(c, buf, b));
-    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, 11, "slice %d", i);
-    free(buf);
-    H_OK(r, oobx_comm_destroy(c));
-    return 0;
+    return allgather_after(r, r->rank ? 10500 : 0, 11); /* rank 0 holds the root port, and has reported */
 }
 
 /* Strays that fill a root's cap and stay: silent connections are no longer
@@ -1175,30 +1174,15 @@ static void test_root_flood_outlasted(void **state)
     (void)state;
     if (strcmp(harness_transport(), "socket") != 0) skip(); /* the roots are the same on every transport */
     enum { FLOOD = 1024 };
-    int port = harness_free_port();
     char id[64];
-    snprintf(id, sizeof id, "127.0.0.1:%d", port);
-    harness_job_opts_t o = {.name = "root_flood_outlasted_n4", .nranks = 4, .from_env = 1, .comm_id = id,
-                            .fn = rank_after_flood, .call_timeout_ms = 30000, .deadline_s = 60};
+    harness_job_opts_t o = {.name = "root_flood_outlasted_n4", .nranks = 4, .fn = rank_after_flood, .call_timeout_ms = 30000, .deadline_s = 60};
     harness_job_t job;
-    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    int port = job_on_free_port(&job, o, id);
     int *fds = malloc(FLOOD * sizeof(int));
     assert_non_null(fds);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int n = 0;
     double t0 = harness_now();
     sleep_ms(300); /* rank 0's own report first */
-    while (n < FLOOD && harness_now() - t0 < 10) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) break;
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-            close(fd);
-            sleep_ms(5);
-            continue;
-        }
-        fds[n++] = fd;
-    }
+    int n = connect_many(port, fds, FLOOD);
     while (harness_job_poll(&job, 50) != 0) {
     }
     int v = harness_job_wait(&job);
@@ -1223,17 +1207,7 @@ static void test_root_flood_outlasted(void **state)
 
 static int rank_job_a(harness_rank_t *r)
 {
-    if (r->rank != 0) sleep_ms(1500); /* rank 0 holds the root port meanwhile */
-    oobx_comm_t c = harness_comm_init_or_die(r);
-    size_t b = 64;
-    unsigned char *buf = calloc((size_t)r->nranks, b);
-    harness_fill(buf + (size_t)r->rank * b, b, r->rank, 5);
-    H_OK(r, oobx_allgather(c, buf, b));
-    for (int i = 0; i < r->nranks; i++) harness_verify(r, buf + (size_t)i * b, b, i, 5, "job A slice %d", i);
-    free(buf);
-    H_OK(r, oobx_barrier(c));
-    H_OK(r, oobx_comm_destroy(c));
-    return 0;
+    return allgather_after(r, r->rank ? 1500 : 0, 5); /* rank 0 holds the root port meanwhile */
 }
 
 static int rank_job_b(harness_rank_t *r)
