@@ -1,6 +1,7 @@
 # make test-launchers: oobx jobs under srun, mpirun and mpiexec (docs/launchers.md).
 # Installs Open MPI, MPICH, Slurm and munge (tools/install-deps.sh launchers),
-# starts a single-node Slurm and runs launch-check and oobx-demo under each.
+# starts a single-node Slurm and runs launch-check and oobx-demo under each;
+# then hydra, Open MPI and a two-node Slurm on two emulated nodes.
 LAUNCH_CHECK_BIN := $(BUILD)/tests/launchers/launch-check
 $(LAUNCH_CHECK_BIN): $(OBJDIR)/tests/launchers/launch_check.o $(LIBOOBX_SO)
 	@mkdir -p $(dir $@)

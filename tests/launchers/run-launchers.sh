@@ -6,9 +6,10 @@
 # mpirun, mpiexec.hydra, srun, srun --mpi=pmix, sbatch + mpirun, sbatch +
 # mpiexec, srun -n 1 + a torchrun-style loop, oobx-run and a plain-environment
 # loop; then a second communicator under mpirun and mpiexec, and srun with
-# its Slurm port taken; and mpiexec.hydra and mpirun on two emulated nodes
-# (network namespaces). A job past its deadline fails naming the ranks that
-# did not finish. Every command of docs/launchers.md is one of these.
+# its Slurm port taken; and mpiexec.hydra, mpirun and a two-node Slurm (a
+# slurmd per node) on two emulated nodes (network namespaces). A job past its
+# deadline fails naming the ranks that did not finish. Every command of
+# docs/launchers.md is one of these.
 #   bash tests/launchers/run-launchers.sh BUILD
 set -uo pipefail
 build=${1:-build}
@@ -26,36 +27,51 @@ n_pass=0
 n_fail=0
 n_skip=0
 
+# the namespaces of the emulated nodes, and what a failed run left in them
+# (a slurmstepd, a rank), each process by its pid
 nodes_down() {
-    local ns
-    for ns in "${netns[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    local ns p
+    for ns in "${netns[@]}"; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+        ip netns del "$ns" 2>/dev/null
+    done
     netns=()
 }
 netns=()
 
+# stop_daemons [FROM]: the daemons of pids from index FROM (0) on, newest first
 stop_daemons() {
-    local i
-    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    local i from=${1:-0}
+    for ((i = ${#pids[@]} - 1; i >= from; i--)); do
         kill "${pids[$i]}" 2>/dev/null && wait "${pids[$i]}" 2>/dev/null
     done
-    pids=()
+    pids=("${pids[@]:0:from}")
 }
 trap 'stop_daemons; nodes_down; rm -rf "$work"' EXIT
 
-# ---- a single-node Slurm -------------------------------------------------------
-host=$(hostname -s)
-export SLURM_CONF="$work/slurm.conf"
-mkdir -p "$work/state" "$work/spool" /run/munge /var/lib/munge /var/log/munge
-cat > "$SLURM_CONF" <<CONF
+# ---- Slurm -----------------------------------------------------------------------
+# slurm_conf DIR CONTROLLER NODE...: DIR/slurm.conf of a cluster whose
+# slurmctld is SlurmctldHost=CONTROLLER and whose nodes are the NodeName
+# lines NODE ("name [NodeAddr=...]"), one partition of them all. Each
+# daemon's files are under DIR, a slurmd's by its node name (%n: spool,
+# pid, log, and TmpFS, where the PMIx plugin makes its step directories)
+slurm_conf() {
+    local dir=$1 ctl=$2 node names=""
+    shift 2
+    mkdir -p "$dir/state"
+    {
+        cat <<CONF
 ClusterName=oobxtest
-SlurmctldHost=$host
+SlurmctldHost=$ctl
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-StateSaveLocation=$work/state
-SlurmdSpoolDir=$work/spool
-SlurmctldPidFile=$work/slurmctld.pid
-SlurmdPidFile=$work/slurmd.pid
+AuthInfo=socket=$work/munge.socket
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool-%n
+TmpFS=$dir/tmp-%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldPort=16817
 SlurmdPort=16818
 ProctrackType=proctrack/linuxproc
@@ -65,50 +81,93 @@ SelectType=select/linear
 MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
-SlurmctldLogFile=$work/slurmctld.log
-SlurmdLogFile=$work/slurmd.log
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd-%n.log
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
-NodeName=$host CPUs=16 State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
+        for node in "$@"; do
+            echo "NodeName=$node CPUs=16 State=UNKNOWN"
+            names="$names${names:+,}${node%% *}"
+        done
+        echo "PartitionName=debug Nodes=$names Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+    } >"$dir/slurm.conf"
+}
+
+# slurm_start DIR CTL_NETNS NODE[:NETNS]...: slurmctld of DIR/slurm.conf (in
+# network namespace CTL_NETNS; "": here) and a slurmd per NODE (with NETNS:
+# as Slurm node NODE inside it, through slurm-node; else here), each by its
+# pid in pids
+slurm_start() {
+    local dir=$1 ctl=() spec node
+    [ -n "$2" ] && ctl=(ip netns exec "$2")
+    shift 2
+    "${ctl[@]}" slurmctld -D -f "$dir/slurm.conf" >"$dir/slurmctld.out" 2>&1 &
+    pids+=($!)
+    for spec in "$@"; do
+        node=${spec%%:*}
+        mkdir -p "$dir/spool-$node" "$dir/tmp-$node"
+        if [ "$node" = "$spec" ]; then
+            slurmd -D -f "$dir/slurm.conf" >"$dir/slurmd-$node.out" 2>&1 &
+        else
+            "$work/slurm-node" "$dir/hosts" "${spec#*:}" "$node" slurmd -D -N "$node" -f "$dir/slurm.conf" \
+                >"$dir/slurmd-$node.out" 2>&1 &
+        fi
+        pids+=($!)
+    done
+}
+
+# slurm_up DIR N [PREFIX...]: DIR's cluster has its N nodes up within 30 s
+# (sinfo run under PREFIX); else says so, with the daemons' last lines
+slurm_up() {
+    local dir=$1 n=$2 _
+    shift 2
+    for _ in $(seq 100); do
+        [ "$(SLURM_CONF="$dir/slurm.conf" "$@" sinfo -h -N -o %T 2>/dev/null | grep -cE '^(idle|mixed|allocated)$')" \
+            -eq "$n" ] && return 0
+        sleep 0.3
+    done
+    echo "==== Slurm ($dir/slurm.conf) did not have its $n node(s) up within 30 s:"
+    tail -n 5 "$dir/slurmctld.log" "$dir"/slurmd-*.log "$work/munged.err" 2>/dev/null | sed 's/^/    /'
+    return 1
+}
+
+# ---- a single-node Slurm -------------------------------------------------------
+host=$(hostname -s)
+export SLURM_CONF="$work/slurm.conf"
+mkdir -p /run/munge /var/lib/munge /var/log/munge
 munged -F --force --socket="$work/munge.socket" --pid-file="$work/munged.pid" --log-file="$work/munged.log" \
     --seed-file="$work/munge.seed" 2>"$work/munged.err" &
 pids+=($!)
-sed -i "s|^AuthType=auth/munge|AuthType=auth/munge\nAuthInfo=socket=$work/munge.socket|" "$SLURM_CONF"
 for _ in $(seq 50); do [ -S "$work/munge.socket" ] && break; sleep 0.1; done
-slurmctld -D -f "$SLURM_CONF" >"$work/slurmctld.out" 2>&1 &
-pids+=($!)
-slurmd -D -f "$SLURM_CONF" >"$work/slurmd.out" 2>&1 &
-pids+=($!)
-up=0
-for _ in $(seq 100); do
-    if sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then up=1; break; fi
-    sleep 0.3
-done
-if [ $up -eq 0 ]; then
-    echo "==== Slurm did not come up within 30 s:"
-    tail -n 5 "$work/slurmctld.log" "$work/slurmd.log" "$work/munged.err" 2>/dev/null
+slurm_conf "$work" "$host" "$host"
+slurm_start "$work" "" "$host"
+if ! slurm_up "$work" 1; then
     echo "tests: 0 passed, 1 failed, 0 skipped"
     exit 1
 fi
 echo "==== single-node Slurm up on $host in $(($(date +%s) - started)) s (munged, slurmctld, slurmd: pids ${pids[*]})"
 
 # ---- the jobs ---------------------------------------------------------------------
-# verdict NAME N LOG RC: every rank's "ok" line present, else the ranks that are not
+# verdict NAME N LOG RC: every rank's "ok" line present, else the ranks that
+# are not; with JOB_WANT set, also exactly JOB_WANT_N (default 1) lines that
+# match the extended regular expression JOB_WANT
 verdict() {
-    local name=$1 n=$2 log=$3 rc=$4 missing="" r
+    local name=$1 n=$2 log=$3 rc=$4 missing="" r got=0 want_n=${JOB_WANT_N:-1}
     for ((r = 0; r < n; r++)); do
         grep -q "^launch-check: rank $r of $n ok" "$log" || missing="$missing $r"
     done
-    if [ -z "$missing" ] && [ "$rc" -eq 0 ]; then
+    [ -n "${JOB_WANT:-}" ] && got=$(grep -cE -- "$JOB_WANT" "$log")
+    if [ -z "$missing" ] && [ "$rc" -eq 0 ] && { [ -z "${JOB_WANT:-}" ] || [ "$got" -eq "$want_n" ]; }; then
         echo "PASS $name ($n ranks ok)"
         n_pass=$((n_pass + 1))
         return
     fi
     n_fail=$((n_fail + 1))
     if [ "$rc" -eq 124 ]; then echo "FAIL $name: deadline of $deadline s passed; ranks not done:$missing"
-    else echo "FAIL $name: exit status $rc; ranks without their ok line:${missing:- none}"; fi
+    elif [ -n "$missing" ] || [ "$rc" -ne 0 ]; then
+        echo "FAIL $name: exit status $rc; ranks without their ok line:${missing:- none}"
+    else echo "FAIL $name: $got lines match \"$JOB_WANT\", want $want_n"; fi
     grep -v '^launch-check: rank .* ok' "$log" | tail -15 | sed 's/^/    /'
 }
 
@@ -150,7 +209,9 @@ demo_job "mpiexec.hydra -n 8" mpiexec.hydra -n 8 "$demo"
 job "mpiexec.hydra -pmi-port -n 8" 8 mpiexec.hydra -pmi-port -n 8 "$check"
 job "srun -n 8" 8 srun -n 8 "$check"
 demo_job "srun -n 8" srun -n 8 "$demo"
-if srun --mpi=list 2>&1 | grep -q pmix; then
+have_pmix=0
+srun --mpi=list 2>&1 | grep -q pmix && have_pmix=1
+if [ $have_pmix -eq 1 ]; then
     job "srun --mpi=pmix -n 8" 8 srun --mpi=pmix -n 8 "$check"
     demo_job "srun --mpi=pmix -n 8" srun --mpi=pmix -n 8 "$demo"
 else
@@ -236,17 +297,13 @@ demo_job "plain environment, 4 ranks" "$work/plain-env.sh" "$demo"
 # a second oobx_comm_init_from_env in every rank: PMIx serves it; hydra closes
 # PMI_FD at the first PMI finalize, and the second call says so (the first
 # communicator goes on)
-# second NAME N WANT COMMAND...: every rank's ok line and N lines matching WANT
+# second NAME N WANT COMMAND...: every rank's ok line and N ranks saying
+# "second communicator WANT"
 second() {
-    local name=$1 n=$2 want=$3 log="$work/second-$((n_pass + n_fail)).log" rc got
+    local name=$1 n=$2 want=$3
     shift 3
-    LAUNCH_CHECK_SECOND=1 timeout -k 5 "$deadline" "$@" >"$log" 2>&1
-    rc=$?
-    got=$(grep -cE "^launch-check: rank [0-9]+ second communicator $want" "$log")
-    if [ "$got" -eq "$n" ]; then verdict "$name" "$n" "$log" "$rc"; return; fi
-    n_fail=$((n_fail + 1))
-    echo "FAIL $name: $got of $n ranks say \"second communicator $want\""
-    tail -15 "$log" | sed 's/^/    /'
+    LAUNCH_CHECK_SECOND=1 JOB_WANT="^launch-check: rank [0-9]+ second communicator $want" JOB_WANT_N=$n \
+        job "$name" "$n" "$@"
 }
 second "mpirun -np 4, a second communicator" 4 "ok" mpirun.openmpi --oversubscribe -np 4 "$check"
 second "mpiexec.hydra -n 4, a second communicator" 4 \
@@ -298,8 +355,87 @@ mkdir -p "$TMPDIR"
 exec ip netns exec "$host" /bin/sh -c "$*"
 B
 chmod +x "$work/netns-ssh"
+cat > "$work/slurm-node" <<'B'
+#!/bin/sh
+# slurm-node HOSTS NETNS NODE COMMAND...: COMMAND as Slurm node NODE: in
+# network namespace NETNS, with host name NODE (a UTS namespace of its own,
+# as a real node has) and HOSTS as /etc/hosts (a mount namespace of its own,
+# so that NODE and the other nodes' names resolve to their addresses). Not
+# ip netns exec: it mounts a sysfs of the namespace on /sys, which hides
+# /sys/fs/cgroup, and slurmd loads its cgroup plugin whatever ProctrackType says.
+hosts=$1 ns=$2 node=$3
+shift 3
+exec unshare --mount --uts nsenter --net="/run/netns/$ns" \
+    /bin/sh -c 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"' slurm-node "$hosts" "$node" "$@"
+B
+chmod +x "$work/slurm-node"
+
+# Slurm on the two nodes: slurmctld in the launch namespace at 10.79.0.1,
+# slurmd -N node1 and -N node2 at 10.79.0.2 and .3 (NodeAddr), each a node of
+# its own host name; srun runs in the launch namespace. Without PMI the ranks
+# derive their roots from SLURM_STEP_NODELIST=node[1-2] and
+# SLURM_STEP_TASKS_PER_NODE.
+two="$work/two"
+launch=(ip netns exec "oobxl-launch$$")
+srun2=("${launch[@]}" env SLURM_CONF="$two/slurm.conf" srun -N 2)
+
+# two_roots NAME N PER ROOTS SRUN_ARGS...: launch-check under srun -N 2
+# SRUN_ARGS with OOBX_LAUNCH_RANKS_PER_ROOT=PER, and rank 0's info line must
+# put the step's 2 roots on ROOTS ("node1,node2")
+two_roots() {
+    local name=$1 n=$2 per=$3 at="${4//,/:[0-9]+,}:[0-9]+"
+    shift 4
+    OOBX_LAUNCH_RANKS_PER_ROOT=$per OOBX_LOG_LEVEL=info LAUNCH_CHECK_NETNS=2 \
+        JOB_WANT="Slurm job [0-9]+ step [0-9]+: 2 roots at $at " job "$name" "$n" "${srun2[@]}" "$@" "$check"
+}
+
+slurm_two_nodes() {
+    local first=${#pids[@]}
+    if ! unshare --mount --uts true 2>"$work/unshare.err"; then
+        echo "SKIP Slurm on two emulated nodes: cannot make mount and UTS namespaces ($(head -1 "$work/unshare.err"))"
+        n_skip=$((n_skip + 1))
+        return
+    fi
+    mkdir -p "$two"
+    printf '127.0.0.1 localhost\n10.79.0.1 %s\n10.79.0.2 node1\n10.79.0.3 node2\n' "$host" >"$two/hosts"
+    slurm_conf "$two" "$host(10.79.0.1)" "node1 NodeAddr=10.79.0.2" "node2 NodeAddr=10.79.0.3"
+    slurm_start "$two" "oobxl-launch$$" "node1:oobxl-a$$" "node2:oobxl-b$$"
+    if ! slurm_up "$two" 2 "${launch[@]}"; then
+        n_fail=$((n_fail + 1))
+        echo "FAIL Slurm on two emulated nodes: slurmd on node1 and node2 not up"
+        stop_daemons "$first"
+        return
+    fi
+    echo "==== Slurm on two emulated nodes up (slurmctld, slurmd node1, slurmd node2: pids ${pids[*]:first})"
+    LAUNCH_CHECK_NETNS=2 job "srun -N 2 -n 8 (two Slurm nodes)" 8 "${srun2[@]}" -n 8 "$check"
+    two_roots "srun -N 2 -n 8 (two Slurm nodes), a root on each" 8 4 node1,node2 -n 8
+    # 4 and 3 tasks: root 1's first rank (4) is node2's first
+    two_roots "srun -N 2 -n 7 (two Slurm nodes, 4 and 3 tasks), a root on each" 7 4 node1,node2 -n 7
+    # cyclic: ranks 0,2,4,6 on node1 and 1,3,5 on node2, so root 1 (rank 4)
+    # is on node1 too (block would say node2, and rank 4 would refuse to host
+    # it there); with 6 ranks root 1 is rank 3, on node2
+    two_roots "srun -N 2 -n 7 --distribution=cyclic (two Slurm nodes), both roots on node1" 7 4 node1,node1 \
+        -n 7 --distribution=cyclic
+    two_roots "srun -N 2 -n 6 --distribution=cyclic (two Slurm nodes), a root on each" 6 3 node1,node2 \
+        -n 6 --distribution=cyclic
+    # the node-aware bootstrap: every rank takes its local rank and size from
+    # SLURM_LOCALID and its node's (SLURMD_NODENAME) count in
+    # SLURM_STEP_TASKS_PER_NODE, and 4 ranks share each node's table
+    OOBX_NODE_AWARE_MIN=2 OOBX_LOG_LEVEL=info LAUNCH_CHECK_NETNS=2 LAUNCH_CHECK_LOCAL=4 JOB_WANT_N=8 \
+        JOB_WANT="launcher Slurm .*local rank from SLURM_LOCALID and SLURM_STEP_TASKS_PER_NODE" \
+        job "srun -N 2 -n 8 (two Slurm nodes), node-aware: 4 ranks per table" 8 "${srun2[@]}" -n 8 "$check"
+    if [ $have_pmix -eq 1 ]; then
+        LAUNCH_CHECK_NETNS=2 job "srun -N 2 -n 8 --mpi=pmix (two Slurm nodes)" 8 "${srun2[@]}" -n 8 --mpi=pmix "$check"
+    else
+        echo "SKIP srun -N 2 -n 8 --mpi=pmix: Slurm's PMIx plugin is not installed (srun --mpi=list)"
+        n_skip=$((n_skip + 1))
+    fi
+    OOBX_TRANSPORT=socket demo_job "srun -N 2 -n 8 (two Slurm nodes)" "${srun2[@]}" -n 8 "$demo"
+    stop_daemons "$first"
+}
+
 if ! command -v ip >/dev/null || ! nodes_up 2>"$work/netns.err"; then
-    echo "SKIP two emulated nodes: cannot make network namespaces ($(head -1 "$work/netns.err" 2>/dev/null))"
+    echo "SKIP two emulated nodes (hydra, Open MPI, Slurm): cannot make network namespaces ($(head -1 "$work/netns.err" 2>/dev/null))"
     n_skip=$((n_skip + 1))
     nodes_down
 else
@@ -328,6 +464,7 @@ else
     # are one host (one host name and kernel), and its shared-memory wake-ups
     # do not cross network namespaces (docs/launchers.md)
     OOBX_TRANSPORT=socket demo_job "mpirun --host a:4,b:4 -np 8 (two emulated nodes)" "${ompi_two[@]}" "$demo"
+    slurm_two_nodes
     nodes_down
 fi
 
