@@ -1103,7 +1103,6 @@ void oobx__ep_release_send(oobx_ep_t *ep, const oobx_sreq_t *s)
     if (!s->tp.done && s->len) ep->ops->release(ep->tp, s->buf, s->len);
 }
 
-
 void oobx__ep_adopt(oobx_ep_t *ep, void *p)
 {
     if (!p) return;

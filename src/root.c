@@ -830,13 +830,11 @@ static void accept_all(root_state_t *st)
             st->capconns = cap;
         }
         int slot = src_slot(st, &peer), cap = unproved_cap(st);
+        int all_cap = cap > ROOT_UNPROVED_MAX ? cap : ROOT_UNPROVED_MAX;
         int from_one = st->src_tab[slot].n >= cap;
-        int all = st->unproved >= (cap > ROOT_UNPROVED_MAX ? cap : ROOT_UNPROVED_MAX);
-        if ((from_one || all) && evict_silent(st, from_one ? slot : -1, oobx__now_ns())) {
+        if ((from_one || st->unproved >= all_cap) && evict_silent(st, from_one ? slot : -1, oobx__now_ns()))
             from_one = st->src_tab[slot].n >= cap;
-            all = st->unproved >= (cap > ROOT_UNPROVED_MAX ? cap : ROOT_UNPROVED_MAX);
-        }
-        if (from_one || all) {
+        if (from_one || st->unproved >= all_cap) {
             /* closed before its challenge: a rank connects again */
             close(fd);
             if (st->shed++ == 0 || oobx__ratelimit_ok(&st->stray_rl)) {

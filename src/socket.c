@@ -25,6 +25,7 @@
 #define SK_STAGE_BYTES (256 * 1024)
 #define SK_DIRECT_MIN (64 * 1024) /* bodies at least this big are read straight into place */
 #define SK_HELLO_MS 10000         /* an accepted connection must say hello within this, or the timeout if longer */
+#define SK_HELLO_UNBOUNDED_MS 120000 /* the same when the timeout is unbounded */
 #define SK_MAX_PENDING 1024       /* unidentified inbound connections kept at once */
 #define SK_REFUSED_MAX 3          /* connects to a rank's listener refused in a row before it counts as gone */
 #define SK_SOCKADDR_BYTES 24                                   /* family, port, address, scope */
@@ -130,6 +131,7 @@ typedef struct sk_tp {
     uint64_t rng;
     oobx_ratelimit_t stray_rl;
     int timeout_ms;
+    int hello_ms;      /* an accepted connection's time to say hello (SK_HELLO_MS) */
     int retry_pending; /* some peer waits for a reconnect */
     int nstray_dead;   /* dropped strays waiting to be freed */
     int wake_fd;       /* the core's eventfd, in the epoll set */
@@ -661,22 +663,17 @@ static int send_own(sk_tp_t *t, sk_conn_t *c, sk_send_t *s)
     return 0;
 }
 
-static int in_range(const void *p, const char *base, size_t len)
-{
-    return p && (const char *)p >= base && (const char *)p < base + len;
-}
-
 static void sk_release(oobx_tp_t *tpp, const void *base, size_t len)
 {
     sk_tp_t *t = tp_of(tpp);
     for (sk_conn_t *c = t->conns; c; c = c->next_all) {
         if (c->state == SC_DEAD) continue;
         /* a payload being read into it, or told to come, goes nowhere */
-        if (c->rx == RX_BODY && in_range(c->dst, base, len)) c->dst = NULL;
-        if (c->rv_pending && in_range(c->rv_dst, base, len)) c->rv_dst = NULL;
+        if (c->rx == RX_BODY && oobx__in_range(c->dst, base, len)) c->dst = NULL;
+        if (c->rv_pending && oobx__in_range(c->rv_dst, base, len)) c->rv_dst = NULL;
         for (int l = 0; l < 2 && c->state != SC_DEAD; l++)
             for (sk_send_t *s = l ? c->pl_head : c->sq_head; s; s = s->next)
-                if (s->len && !s->own && in_range(s->payload, base, len) && send_own(t, c, s)) break;
+                if (s->len && !s->own && oobx__in_range(s->payload, base, len) && send_own(t, c, s)) break;
     }
 }
 
@@ -754,7 +751,7 @@ static int conn_parse(sk_tp_t *t, sk_conn_t *c)
                 /* the descriptor of a payload to pull follows the header */
                 if (avail < OOBX_MSGHDR_BYTES + SK_CMA_DESC_BYTES) break;
                 memcpy(desc, c->stage + c->s_head + OOBX_MSGHDR_BYTES, SK_CMA_DESC_BYTES);
-                if (oobx__get_u64(c->stage + c->s_head + OOBX_MSGHDR_BYTES + 8) != c->cur.len || c->cur.len == 0) {
+                if (oobx__get_u64(desc + 8) != c->cur.len || c->cur.len == 0) {
                     conn_protocol_error(t, c, "a pull descriptor whose length is not the message's");
                     return -1;
                 }
@@ -1156,11 +1153,7 @@ static void accept_all(sk_tp_t *t)
             continue;
         }
         oobx__sock_addr_format(&a, c->name, sizeof(c->name));
-        /* a connector of an oversubscribed host may be slow to say hello: the
-         * timeout, when longer (a flood makes room by the cap, above) */
-        int hello_ms = t->timeout_ms > SK_HELLO_MS || t->timeout_ms < 0 ? (t->timeout_ms < 0 ? 120000 : t->timeout_ms)
-                                                                       : SK_HELLO_MS;
-        c->deadline = oobx__now_ns() + (uint64_t)hello_ms * 1000000ull;
+        c->deadline = oobx__now_ns() + (uint64_t)t->hello_ms * 1000000ull;
         t->npending++;
         memcpy(c->auth.nonce_a, t->inst, OOBX_NONCE_BYTES);
         /* a connector sends its hello as its connect completes: it is often
@@ -1427,6 +1420,9 @@ static int sk_create(const oobx_tp_params_t *p, oobx_tp_t **out)
     if (p->secret) memcpy(t->secret, p->secret, OOBX_SECRET_BYTES);
     oobx__auth_random(t->inst, sizeof(t->inst));
     t->timeout_ms = p->settings->timeout_ms;
+    /* a connector of an oversubscribed host may be slow to say hello: the
+     * timeout, when longer (a flood makes room by the cap, in accept_all) */
+    t->hello_ms = t->timeout_ms < 0 ? SK_HELLO_UNBOUNDED_MS : OOBX_MAX(t->timeout_ms, SK_HELLO_MS);
     t->cma_min = p->settings->cma_min;
     oobx__cma_self_init(&t->cma, t->cma_min > 0);
     t->listen_fd = -1;

@@ -101,3 +101,8 @@ int oobx__online_cpus(void)
     if (ncpu > 65535) ncpu = 65535;
     return (int)ncpu;
 }
+
+int oobx__in_range(const void *p, const void *base, size_t len)
+{
+    return p && (const char *)p >= (const char *)base && (const char *)p < (const char *)base + len;
+}

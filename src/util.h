@@ -14,6 +14,8 @@ int oobx__ms_left(uint64_t deadline_ns, int cap_ms);
 uint64_t oobx__random64(void);                   /* getrandom(), else time^pid mix */
 uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 */
 uint64_t oobx__mix64(uint64_t a, uint64_t b);
+/* 1 when p (not NULL) lies in [base, base + len): memory a failed call gives back (transport.h, release) */
+int oobx__in_range(const void *p, const void *base, size_t len);
 
 /* A rate limiter for warnings triggered from outside (stray clients). */
 typedef struct oobx_ratelimit {

@@ -601,9 +601,19 @@ void ucx_probe(ucx_tp_t *tp)
 
 /* ---- buffers given back by failed calls ---------------------------------------- */
 
-static int ucx_in(const void *p, const char *base, size_t len)
+/* The released DATA receives that were cancelled before they matched are
+ * posted again, into nowhere (the DATA is still to come). */
+static void ucx_release_repost(ucx_tp_t *tp)
 {
-    return p && (const char *)p >= base && (const char *)p < base + len;
+    for (int i = 0; i < tp->nranks; i++)
+        for (ucx_rrec_t *r = tp->peers[i].rx_head; r; r = r->next)
+            if (r->released && r->repost && !r->complete) {
+                r->repost = 0;
+                ucp_request_free(r->data_ureq);
+                r->data_ureq = NULL;
+                ucx_rrec_post_data(tp, r, NULL, r->data_len);
+                if (r->complete) ucx_mark_dirty(tp, i);
+            }
 }
 
 /* Work UCX still has on a given-back buffer: sends from it (or with
@@ -613,27 +623,28 @@ static int ucx_release_busy(ucx_tp_t *tp, const char *base, size_t len, int *pee
     int busy = 0;
     for (ucx_sreq_t *s = tp->live; s; s = s->live_next)
         if (s->peer >= 0 && s->pending > 0 && !tp->peers[s->peer].fail.failed &&
-            (s->wait_old || (!s->own && ucx_in(s->payload, base, len)))) {
+            (s->wait_old || (!s->own && oobx__in_range(s->payload, base, len)))) {
             busy = 1;
             if (peers) peers[s->peer] = 1;
         }
     for (int i = 0; i < tp->nranks; i++)
-        for (ucx_rrec_t *r = tp->peers[i].rx_head; r; r = r->next) {
-            if (!r->released || r->complete) continue;
-            if (r->repost) {
-                r->repost = 0;
-                ucp_request_free(r->data_ureq);
-                r->data_ureq = NULL;
-                ucx_rrec_post_data(tp, r, NULL, r->data_len);
-                if (r->complete) {
-                    ucx_mark_dirty(tp, i);
-                    continue;
-                }
+        for (ucx_rrec_t *r = tp->peers[i].rx_head; r; r = r->next)
+            if (r->released && !r->complete) {
+                busy = 1;
+                if (peers) peers[i] = 1;
             }
-            busy = 1;
-            if (peers) peers[i] = 1;
-        }
     return busy;
+}
+
+/* s goes on from a copy of its payload; 0 when made (else it is waited for). */
+static int ucx_sreq_own(ucx_sreq_t *s)
+{
+    void *own = malloc(s->hdr.len);
+    if (!own) return -1;
+    memcpy(own, s->payload, s->hdr.len);
+    s->own = own;
+    s->payload = own;
+    return 0;
 }
 
 void ucx_release(oobx_tp_t *base, const void *buf, size_t len)
@@ -644,36 +655,26 @@ void ucx_release(oobx_tp_t *base, const void *buf, size_t len)
     if (tp->fail_pending && !tp->destroying) ucx_report_failures(tp);
     /* ring messages not yet written in full go on from a copy */
     for (ucx_sreq_t *s = tp->rtx.q_head; s; s = s->next)
-        if (!s->own && s->hdr.len && ucx_in(s->payload, lo, len)) {
-            void *own = malloc(s->hdr.len);
-            if (!own) continue; /* waited for below */
-            memcpy(own, s->payload, s->hdr.len);
-            s->own = own;
-            s->payload = own;
+        if (!s->own && s->hdr.len && oobx__in_range(s->payload, lo, len) && ucx_sreq_own(s) == 0)
             s->wait_old = s->pending > 0;
-        }
     /* a PULL offered: its reader finds the copy through the ticket */
     for (int i = 0; i < tp->nranks; i++)
         for (ucx_sreq_t *s = tp->peers[i].pull_head; s; s = s->pull_next)
-            if (!s->own && ucx_in(s->payload, lo, len)) {
-                void *own = malloc(s->hdr.len);
-                if (!own) continue; /* waited for below */
-                memcpy(own, s->payload, s->hdr.len);
-                s->own = own;
-                s->payload = own;
-                oobx__cma_ticket_move(&s->ticket, own);
-            }
+            if (!s->own && oobx__in_range(s->payload, lo, len) && ucx_sreq_own(s) == 0)
+                oobx__cma_ticket_move(&s->ticket, s->own);
     /* a DATA receive into it that has not matched is cancelled (and taken again into nowhere) */
     for (int i = 0; i < tp->nranks; i++)
         for (ucx_rrec_t *r = tp->peers[i].rx_head; r; r = r->next)
-            if (r->data_ureq && !r->complete && !r->released && ucx_in(r->dst, lo, len)) {
+            if (r->data_ureq && !r->complete && !r->released && oobx__in_range(r->dst, lo, len)) {
                 r->released = 1;
                 ucp_request_cancel(tp->worker, r->data_ureq);
             }
-    if (tp->rrx.cur && ucx_in(tp->rrx.dest, lo, len)) tp->rrx.dest = NULL; /* chunks are copied in progress */
+    if (tp->rrx.cur && oobx__in_range(tp->rrx.dest, lo, len)) tp->rrx.dest = NULL; /* chunks are copied in progress */
     /* what UCX has started on it: progress a short bound, then close the links */
     uint64_t deadline = oobx__deadline(UCX_CLOSE_MS);
-    while (ucx_release_busy(tp, lo, len, NULL)) {
+    for (;;) {
+        ucx_release_repost(tp);
+        if (!ucx_release_busy(tp, lo, len, NULL)) break;
         if (!ucp_worker_progress(tp->worker) && ucp_worker_arm(tp->worker) == UCS_OK) {
             struct pollfd pf = {.fd = tp->efd, .events = POLLIN};
             (void)poll(&pf, 1, 5); /* sleep on the worker's event fd, not spin */

@@ -934,11 +934,6 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
     return 0;
 }
 
-static int verbs_in(const void *p, const char *base, size_t len)
-{
-    return p && (const char *)p >= base && (const char *)p < base + len;
-}
-
 /* s goes on from a copy of its payload: its caller takes the buffer back.
  * A rendezvous whose RTS is out tells the reader where the copy is (MOVED)
  * and keeps the old registration until the FIN; a ring message keeps it
@@ -1001,9 +996,9 @@ static void verbs_release(oobx_tp_t *base, const void *b, size_t len)
         if (p->fail.failed) continue;
         for (int l = 0; l < 2 && !p->fail.failed; l++)
             for (verbs_send_t *s = l ? p->wait : p->sq_head; s; s = s->next)
-                if (!s->own && s->hdr.len && verbs_in(s->payload, b, len) && verbs_send_own(tp, i, s, l)) break;
+                if (!s->own && s->hdr.len && oobx__in_range(s->payload, b, len) && verbs_send_own(tp, i, s, l)) break;
         for (verbs_rrec_t *r = p->rx_head; r && !p->fail.failed; r = r->next)
-            if (r->rndv && !r->complete && !r->discard && verbs_in(r->dst, b, len)) {
+            if (r->rndv && !r->complete && !r->discard && oobx__in_range(r->dst, b, len)) {
                 if (r->issued < r->len) p->unread--;
                 r->discard = 1;
             }
@@ -1018,7 +1013,7 @@ static void verbs_release(oobx_tp_t *base, const void *b, size_t len)
         }
         busy |= verbs_release_busy(p);
     }
-    if (tp->rx_cur && verbs_in(tp->rx_dest, b, len)) tp->rx_dest = NULL; /* ring chunks are copied in progress */
+    if (tp->rx_cur && oobx__in_range(tp->rx_dest, b, len)) tp->rx_dest = NULL; /* ring chunks are copied in progress */
     /* reads into it and writes from it that the device has: a short bound */
     uint64_t deadline = oobx__deadline(VERBS_RELEASE_MS);
     while (busy && !tp->fatal) {
