@@ -81,11 +81,13 @@ static void card_of(int r, unsigned char *c)
 
 int main(int argc, char **argv)
 {
-    const char *label = "";
+    const char *label = "", *dump = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--label=", 8)) label = argv[i] + 8;
+        else if (!strncmp(argv[i], "--dump=", 7)) dump = argv[i] + 7;
         else if (!strcmp(argv[i], "--help")) {
-            printf("usage: OOBX_BOOT_AT=<epoch s> oobx-run -n N [-r R] -- oobx-boot [--label=NAME]\n");
+            printf("usage: OOBX_BOOT_AT=<epoch s> oobx-run -n N [-r R] -- oobx-boot [--label=NAME] [--dump=FILE]\n"
+                   "  --dump=FILE  rank 0 also writes every rank's figures to FILE (CSV, one row per rank)\n");
             return 0;
         } else {
             fprintf(stderr, "oobx-boot: unknown option '%s'\n", argv[i]);
@@ -187,6 +189,19 @@ int main(int argc, char **argv)
                sum[F_CPU_INIT] / n * 1e3, sum[F_CPU_AG] / n * 1e3, sum[F_CPU_CHECK] / n * 1e3, sum[F_USER] / n * 1e3, sum[F_SYS] / n * 1e3, sum[F_VCSW] / n,
                sum[F_IVCSW] / n, sum[F_MINFLT] / n);
         fflush(stdout);
+        FILE *f = dump ? fopen(dump, "w") : NULL;
+        if (dump && !f) fprintf(stderr, "oobx-boot: cannot write %s\n", dump);
+        if (f) {
+            fprintf(f, "rank");
+            for (int k = 0; k < F_COUNT; k++) fprintf(f, ",%s", names[k]);
+            fprintf(f, "\n");
+            for (int r = 0; r < n; r++) {
+                fprintf(f, "%d", r);
+                for (int k = 0; k < F_COUNT; k++) fprintf(f, ",%.6g", all[(size_t)r * F_COUNT + k]);
+                fprintf(f, "\n");
+            }
+            fclose(f);
+        }
     }
     free(all);
     oobx_comm_destroy(comm);

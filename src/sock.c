@@ -16,6 +16,9 @@
 #include "oobx.h"
 #include "util.h"
 
+/* random ports a listener tries before the kernel searches for one */
+#define SOCK_BIND_TRIES 16
+
 int oobx__sock_cancelled(const oobx_cancel_t *c)
 {
     if (!c) return 0;
@@ -155,29 +158,110 @@ void oobx__sock_reserve_fds(int fd, int n)
     if (hi >= 0) close(hi);
 }
 
+/* The kernel's ephemeral range and the ports reserved in it, as this host's
+ * settings say now (read per listener: no cached state). */
+typedef struct port_range {
+    int lo, hi;           /* ip_local_port_range */
+    int nres;             /* reserved ranges read; -1: too many to honour */
+    int res[32][2];       /* ip_local_reserved_ports */
+} port_range_t;
+
+static int read_small_file(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n < 0) return -1;
+    buf[n] = '\0';
+    return (int)n;
+}
+
+static int port_range_read(port_range_t *pr)
+{
+    char buf[1024];
+    pr->nres = 0;
+    if (read_small_file("/proc/sys/net/ipv4/ip_local_port_range", buf, sizeof(buf)) < 0 ||
+        sscanf(buf, "%d %d", &pr->lo, &pr->hi) != 2 || pr->lo < 1 || pr->hi > 65535 || pr->hi - pr->lo < 64)
+        return -1;
+    int n = read_small_file("/proc/sys/net/ipv4/ip_local_reserved_ports", buf, sizeof(buf));
+    if (n < 0) return 0;
+    if (n == (int)sizeof(buf) - 1) return pr->nres = -1, 0; /* longer than read: honour it by leaving it to the kernel */
+    for (char *q = buf; *q && *q != '\n';) {
+        char *end;
+        long a = strtol(q, &end, 10), b = a;
+        if (end == q) return pr->nres = -1, 0;
+        if (*end == '-') b = strtol(end + 1, &end, 10);
+        if (pr->nres == (int)(sizeof(pr->res) / sizeof(pr->res[0]))) return pr->nres = -1, 0;
+        pr->res[pr->nres][0] = (int)a;
+        pr->res[pr->nres][1] = (int)b;
+        pr->nres++;
+        q = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
+static int port_reserved(const port_range_t *pr, int port)
+{
+    for (int i = 0; i < pr->nres; i++)
+        if (port >= pr->res[i][0] && port <= pr->res[i][1]) return 1;
+    return 0;
+}
+
+/* A socket bound to the address and listening, or -1 with errno; port
+ * (network order, 0: the kernel picks) is the port to bind. */
+static int listen_on(oobx_sockaddr_t *addr, in_port_t port, int backlog)
+{
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (addr->sa.sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    in_port_t *pp = addr->sa.sa_family == AF_INET6 ? &addr->sin6.sin6_port : &addr->sin.sin_port;
+    in_port_t keep = *pp;
+    *pp = port;
+    int ok = bind(fd, &addr->sa, oobx__sock_addr_len(addr)) == 0;
+    *pp = keep;
+    /* listen() checks the port again: a port shared at bind() with a
+     * socket that is not listening can be refused here */
+    if (ok && listen(fd, backlog) == 0) return fd;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+/* Listens on the address; port 0 there means any free port. The kernel's
+ * own search for one (bind to port 0) walks the ephemeral range port by port
+ * and costs up to ~2 ms once thousands of ports of one address are taken
+ * (10,240 ranks of one host: seconds of CPU in all). A few binds to random
+ * odd ports of the same range, skipping the reserved ones, cost a few
+ * microseconds each; the kernel's search stays the fallback. Odd ports, as
+ * the kernel's bind() prefers, leave the even ones to its connect(). */
 int oobx__sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why, size_t whylen)
 {
     char name[96];
     oobx__sock_addr_format(addr, name, sizeof(name));
-    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    in_port_t port = addr->sa.sa_family == AF_INET6 ? addr->sin6.sin6_port : addr->sin.sin_port;
+    int fd = -1;
+    port_range_t pr;
+    if (port == 0 && port_range_read(&pr) == 0 && pr.nres >= 0) {
+        uint64_t x = oobx__random64() | 1;
+        int span = (pr.hi - pr.lo + 1) / 2;
+        for (int tries = 0; tries < SOCK_BIND_TRIES && fd < 0; tries++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+            int p = (pr.lo | 1) + 2 * (int)(x % (uint64_t)span);
+            if (p > pr.hi || port_reserved(&pr, p)) continue;
+            fd = listen_on(addr, htons((in_port_t)p), backlog);
+            if (fd < 0 && errno != EADDRINUSE) break;
+        }
+    }
+    if (fd < 0) fd = listen_on(addr, port, backlog);
     if (fd < 0) {
-        snprintf(why, whylen, "socket() for %s: %s", name, strerror(errno));
-        return OOBX_ERR_SYSTEM;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (addr->sa.sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, &addr->sa, oobx__sock_addr_len(addr)) != 0) {
         int e = errno;
-        snprintf(why, whylen, "bind to %s: %s%s", name, strerror(e),
+        snprintf(why, whylen, "listen on %s: %s%s", name, strerror(e),
                  e == EADDRINUSE ? " (another job or process holds this address)" : "");
-        close(fd);
         return e == EADDRINUSE ? OOBX_ERR_UNAVAILABLE : OOBX_ERR_SYSTEM;
-    }
-    if (listen(fd, backlog) != 0) {
-        snprintf(why, whylen, "listen on %s: %s", name, strerror(errno));
-        close(fd);
-        return OOBX_ERR_SYSTEM;
     }
     socklen_t sl = sizeof(*addr);
     getsockname(fd, &addr->sa, &sl);
