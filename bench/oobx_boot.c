@@ -3,7 +3,8 @@
  * (OOBX_BOOT_AT, seconds of CLOCK_REALTIME; unset: no wait), then runs
  * oobx_comm_init_from_env and one allgather of a 128-byte card per rank,
  * checked byte for byte. Bootstrap = the slowest rank's end minus the common
- * instant. Afterwards (untimed) the ranks gather their phase timings, open
+ * instant. After a barrier (so that no rank's untimed work takes CPU from a
+ * rank still timed, where ranks outnumber cores), the ranks gather their phase timings, open
  * fds and resident memory, and rank 0 prints one JSON line:
  *
  *   OOBX_BOOT_RESULT {"ranks": N, "roots": R, "hosts": H, "boot_s": ..., "late_starts": ...,
@@ -136,8 +137,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "oobx-boot: rank %d: the card of rank %d is wrong\n", rank, bad);
         return 3;
     }
-    free(cards);
     double cpu_verify = cpu_s() - cpu0 - cpu_init - cpu_ag;
+    /* nothing untimed (the result's gather below, freeing the cards) runs
+     * while another rank is still in its timed part: on a host with fewer
+     * cores than ranks it would take their CPU */
+    rc = oobx_barrier(comm);
+    if (rc) {
+        fprintf(stderr, "oobx-boot: rank %d: barrier: %s\n", rank, oobx_last_error());
+        return 2;
+    }
+    free(cards);
 
     oobx_init_timings_t t = OOBX_INIT_TIMINGS_INIT;
     oobx_comm_get_init_timings(comm, &t);
