@@ -2,8 +2,9 @@
 # Paired runs on the GPU host: first contact and 64-rank start-up, pre-auth
 # build (2931913, .dev/old) against this one; start-up at scale, the lazy
 # build (859cc3f, .dev/lazy) against this one. One JSON line per run.
-# PAIR_PARTS (default "fc scale") picks the parts; PAIR_BASE (default lazy)
-# names the baseline build of the scale part.
+# PAIR_PARTS (default "fc scale") picks the parts (also "b64": 64-rank
+# start-up alone); PAIR_BASE (default lazy) names the baseline build of the
+# scale and b64 parts.
 D=$(cd "$(dirname "$0")" && pwd)
 export OOBX_TRANSPORT=socket OOBX_SOCKET_IFNAME=lo
 libs() { # dir: its own liboobx first
@@ -28,6 +29,11 @@ parts=${PAIR_PARTS:-fc scale} base=${PAIR_BASE:-lazy}
 [[ " $parts " == *" fc "* ]] && for i in 1 2 3 4 5 6 7 8; do
   for v in old new; do d=$D/$v; [ $v = new ] && d=$D
     echo "FC64 $v $(fc $d 64)"; echo "FC16 $v $(fc $d 16)"; echo "B64 $v $(boot $d 64 1 1)"
+  done
+done
+[[ " $parts " == *" b64 "* ]] && for i in 1 2 3 4 5 6 7 8; do
+  for v in $base new; do d=$D/$v; [ $v = new ] && d=$D
+    echo "B64 $v $(boot $d 64 1 1)"
   done
 done
 [[ " $parts " == *" scale "* ]] && for i in 1 2 3; do
