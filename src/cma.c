@@ -14,13 +14,7 @@
 static uint64_t cma_scope(void)
 {
     char boot[64] = "", ns[64] = "";
-    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = read(fd, boot, sizeof(boot) - 1);
-        close(fd);
-        if (n > 0) boot[n] = 0;
-        else boot[0] = 0;
-    }
+    if (oobx__read_small_file("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) <= 0) boot[0] = 0;
     ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
     if (n > 0) ns[n] = 0;
     else ns[0] = 0;

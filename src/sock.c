@@ -166,25 +166,14 @@ typedef struct port_range {
     int res[32][2];       /* ip_local_reserved_ports */
 } port_range_t;
 
-static int read_small_file(const char *path, char *buf, size_t cap)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, cap - 1);
-    close(fd);
-    if (n < 0) return -1;
-    buf[n] = '\0';
-    return (int)n;
-}
-
 static int port_range_read(port_range_t *pr)
 {
     char buf[1024];
     pr->nres = 0;
-    if (read_small_file("/proc/sys/net/ipv4/ip_local_port_range", buf, sizeof(buf)) < 0 ||
+    if (oobx__read_small_file("/proc/sys/net/ipv4/ip_local_port_range", buf, sizeof(buf)) < 0 ||
         sscanf(buf, "%d %d", &pr->lo, &pr->hi) != 2 || pr->lo < 1 || pr->hi > 65535 || pr->hi - pr->lo < 64)
         return -1;
-    int n = read_small_file("/proc/sys/net/ipv4/ip_local_reserved_ports", buf, sizeof(buf));
+    int n = oobx__read_small_file("/proc/sys/net/ipv4/ip_local_reserved_ports", buf, sizeof(buf));
     if (n < 0) return 0;
     if (n == (int)sizeof(buf) - 1) return pr->nres = -1, 0; /* longer than read: honour it by leaving it to the kernel */
     for (char *q = buf; *q && *q != '\n';) {
@@ -209,19 +198,18 @@ static int port_reserved(const port_range_t *pr, int port)
 }
 
 /* A socket bound to the address and listening, or -1 with errno; port
- * (network order, 0: the kernel picks) is the port to bind. */
-static int listen_on(oobx_sockaddr_t *addr, in_port_t port, int backlog)
+ * (0: the kernel picks) is the port to bind. */
+static int listen_on(oobx_sockaddr_t *addr, int port, int backlog)
 {
     int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (addr->sa.sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    in_port_t *pp = addr->sa.sa_family == AF_INET6 ? &addr->sin6.sin6_port : &addr->sin.sin_port;
-    in_port_t keep = *pp;
-    *pp = port;
+    int keep = oobx__sock_addr_port(addr);
+    oobx__sock_addr_set_port(addr, port);
     int ok = bind(fd, &addr->sa, oobx__sock_addr_len(addr)) == 0;
-    *pp = keep;
+    oobx__sock_addr_set_port(addr, keep);
     /* listen() checks the port again: a port shared at bind() with a
      * socket that is not listening can be refused here */
     if (ok && listen(fd, backlog) == 0) return fd;
@@ -242,17 +230,15 @@ int oobx__sock_listen(oobx_sockaddr_t *addr, int backlog, int *fd_out, char *why
 {
     char name[96];
     oobx__sock_addr_format(addr, name, sizeof(name));
-    in_port_t port = addr->sa.sa_family == AF_INET6 ? addr->sin6.sin6_port : addr->sin.sin_port;
-    int fd = -1;
+    int port = oobx__sock_addr_port(addr), fd = -1;
     port_range_t pr;
     if (port == 0 && port_range_read(&pr) == 0 && pr.nres >= 0) {
-        uint64_t x = oobx__random64() | 1;
+        uint64_t seed = oobx__random64();
         int span = (pr.hi - pr.lo + 1) / 2;
         for (int tries = 0; tries < SOCK_BIND_TRIES && fd < 0; tries++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
-            int p = (pr.lo | 1) + 2 * (int)(x % (uint64_t)span);
+            int p = (pr.lo | 1) + 2 * (int)(oobx__mix64(seed, (uint64_t)tries) % (uint64_t)span);
             if (p > pr.hi || port_reserved(&pr, p)) continue;
-            fd = listen_on(addr, htons((in_port_t)p), backlog);
+            fd = listen_on(addr, p, backlog);
             if (fd < 0 && errno != EADDRINUSE) break;
         }
     }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/random.h>
 #include <unistd.h>
 #include <time.h>
@@ -55,6 +56,17 @@ uint64_t oobx__random64(void)
     v = oobx__mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20), (uint64_t)getpid());
     v = oobx__mix64(v, oobx__now_ns());
     return v ? v : 1;
+}
+
+int oobx__read_small_file(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n < 0) return -1;
+    buf[n] = '\0';
+    return (int)n;
 }
 
 uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed)

@@ -11,6 +11,7 @@ int oobx__online_cpus(void);                      /* CPUs online, 1..65535 (a ca
 uint64_t oobx__deadline(int timeout_ms);
 /* ms left until deadline, clamped to [0, cap_ms]; cap_ms < 0: no cap; -1 for no deadline */
 int oobx__ms_left(uint64_t deadline_ns, int cap_ms);
+int oobx__read_small_file(const char *path, char *buf, size_t cap); /* one read, NUL-ended: bytes or -1 */
 uint64_t oobx__random64(void);                   /* getrandom(), else time^pid mix */
 uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 */
 uint64_t oobx__mix64(uint64_t a, uint64_t b);
