@@ -514,9 +514,14 @@ int oobx__node_wait_finish(oobx__node_t *n)
 void oobx__node_leave(oobx__node_t *n)
 {
     if (!n) return;
-    /* gone already when every member mapped it (the last one removed it);
-     * otherwise some member never came, and nobody else needs the name */
-    if (n->named && n->base && __atomic_load_n(&hdr(n)->opened, __ATOMIC_ACQUIRE) < (uint32_t)n->p.local_size)
+    /* gone already when every member mapped it (the last one removed it).
+     * Otherwise some member has not come yet: a table that holds a failure
+     * keeps its name, so that a member coming later reads the failure
+     * instead of making a fresh table and waiting out its timeout (the last
+     * of them removes it; a member that never comes leaves the few pages
+     * written, in OOBX_NODE_DIR); any other table nobody else needs. */
+    if (n->named && n->base && __atomic_load_n(&hdr(n)->opened, __ATOMIC_ACQUIRE) < (uint32_t)n->p.local_size &&
+        __atomic_load_n(&hdr(n)->state, __ATOMIC_ACQUIRE) >= 0)
         unlink(n->path);
     if (n->base) munmap(n->base, n->size);
     free(n);

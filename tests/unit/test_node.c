@@ -331,6 +331,81 @@ static void test_leader_killed(void **state)
     unlink(path);
 }
 
+/* A member that comes after the failure was told: it must read the notice
+ * (exit 0), not make a fresh table and wait out its timeout (exit 4). */
+static int late_member_main(int rank, int nranks, int idx, int size, uint64_t epoch)
+{
+    oobx_cancel_t cancel = {.deadline_ns = oobx__deadline(8000)};
+    oobx__node_params_t p = params(rank, nranks, idx, size, 0, epoch, &cancel);
+    unsigned char card[CAP];
+    size_t len;
+    card_of(rank, card, &len);
+    oobx__node_t *n;
+    if (oobx__node_join(&p, card, len, &n) != 0) return 2;
+    uint64_t t0 = oobx__now_ns();
+    int rc = oobx__node_wait_finish(n);
+    double waited = (oobx__now_ns() - t0) / 1e9;
+    fprintf(stderr, "  member %d after %.2f s: %s\n", rank, waited, rc ? oobx_last_error() : "(no error)");
+    int told = rc == OOBX_ERR_REMOTE && strstr(oobx_last_error(), "refused by root 1 (unit test)") != NULL;
+    oobx__node_leave(n);
+    if (rc == 0) return 5;
+    return told && waited < 2.0 ? 0 : 4;
+}
+
+/* A rank of the group whose init failed after its root had placed it tells
+ * the group's table before any other rank opened it (teller: its index).
+ * Every other rank, each coming only after the one before it left, fails at
+ * once with the teller's text; once all have read it the name is gone. */
+static void failure_told_first(int teller)
+{
+    const int size = 4, members[4] = {0, 1, 2, 3};
+    uint64_t epoch = oobx__random64();
+    oobx__node_params_t tp = params(teller, size, teller, size, 0, epoch, NULL);
+    oobx__node_tell_failure(&tp, OOBX_ERR_REMOTE, "rank 9: refused by root 1 (unit test)");
+    char path[600];
+    seg_path(path, sizeof(path), epoch);
+    assert_int_equal(access(path, F_OK), 0); /* kept for the ranks to come */
+    for (int k = 0; k < size; k++) {
+        if (k == teller) continue;
+        if (k == 0) {
+            /* the leader, waiting for its members, is told too */
+            oobx_cancel_t cancel = {.deadline_ns = oobx__deadline(8000)};
+            oobx__node_params_t p = params(0, size, 0, size, 0, epoch, &cancel);
+            unsigned char card[CAP];
+            size_t len;
+            card_of(0, card, &len);
+            oobx__node_t *n;
+            assert_int_equal(oobx__node_join(&p, card, len, &n), 0);
+            uint64_t t0 = oobx__now_ns();
+            assert_int_equal(oobx__node_wait_members(n, members), OOBX_ERR_REMOTE);
+            fprintf(stderr, "  leader: %s\n", oobx_last_error());
+            assert_non_null(strstr(oobx_last_error(), "refused by root 1 (unit test)"));
+            assert_true((oobx__now_ns() - t0) / 1000000 < 2000);
+            oobx__node_leave(n);
+            continue;
+        }
+        pid_t pid = fork();
+        if (pid == 0) _exit(late_member_main(k, size, k, size, epoch));
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+    assert_int_equal(access(path, F_OK), -1); /* the last of them removed it */
+}
+
+static void test_failure_told_by_leader(void **state)
+{
+    (void)state;
+    failure_told_first(0);
+}
+
+static void test_failure_told_by_member(void **state)
+{
+    (void)state;
+    failure_told_first(2);
+}
+
 /* Cards that do not fit are refused. */
 static void test_bad_cards(void **state)
 {
@@ -356,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_hostile_other_job), cmocka_unit_test(test_hostile_symlink),
         cmocka_unit_test(test_member_missing),   cmocka_unit_test(test_leader_killed),
         cmocka_unit_test(test_bad_cards),
+        cmocka_unit_test(test_failure_told_by_leader), cmocka_unit_test(test_failure_told_by_member),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
