@@ -36,6 +36,16 @@ typedef struct oobx_init_timings {
  * there means the whole struct of this header). */
 OOBX_API int oobx_comm_get_init_timings(oobx_comm_t comm, oobx_init_timings_t *t);
 
+/* How a communicator's allgathers went. Counts of its endpoint: a split
+ * child shares its parent's. The struct may grow at its end: set
+ * struct_size (OOBX_COLL_COUNTS_INIT does). */
+typedef struct oobx_coll_counts {
+    size_t struct_size;
+    unsigned long long direct;           /* allgathers whose slices were read straight from their owners' buffers */
+    unsigned long long direct_fallbacks; /* allgathers that tried to and took the ring (a rank could not read a peer) */
+} oobx_coll_counts_t;
+#define OOBX_COLL_COUNTS_INIT {.struct_size = sizeof(oobx_coll_counts_t)}
+OOBX_API int oobx_debug_coll_counts(oobx_comm_t comm, oobx_coll_counts_t *counts);
 /* Number of open file descriptors of this process (from /proc/self/fd), or -1. */
 OOBX_API int oobx_debug_count_fds(void);
 

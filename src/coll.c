@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "coll.h"
+#include "log.h"
 #include "util.h"
+#include "wire.h"
 
 static int member(const coll_group_t *g, int i)
 {
@@ -428,9 +430,9 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
     return rc;
 }
 
-int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
+/* The allgather through the transport, by algo (auto, ring, bruck, tree). */
+static int algo_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
 {
-    if (g->n == 1 || bpr == 0) return 0;
     int small = g->n > 2 && (size_t)g->n * bpr <= c->settings->bruck_max_bytes;
     unsigned op = !strcmp(algo, "bruck")  ? COLL_OP_ALLGATHER_BRUCK
                   : !strcmp(algo, "ring") ? COLL_OP_ALLGATHER_RING
@@ -444,6 +446,122 @@ int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *
     }
     if (op == COLL_OP_ALLGATHER_BRUCK) return bruck_allgather(c, &s, buf, bpr);
     return ring_allgather(c, &s, buf, bpr, bpr, NULL, NULL, NULL);
+}
+
+/* ---- direct: within one host, each rank reads its peers' slices from their buffers ---- */
+
+/* What every rank tells the others first: its cross-memory identity
+ * (cma.h), then the address of its buffer and its bytes per rank (wire
+ * order). */
+#define DIRECT_REC (OOBX_CMA_ID_BYTES + 16)
+
+/* What this endpoint knows of endpoint rank er, from the identity it sent
+ * now: a check already made stands while the identity is the same. */
+static oobx__cma_peer_t *direct_peer(oobx_ep_t *ep, int er, const unsigned char *id)
+{
+    oobx__cma_peer_t fresh, *p = &ep->direct.peers[er];
+    oobx__cma_decode(&ep->direct.self, id, &fresh);
+    if (p->state == OOBX_CMA_UNKNOWN || p->pid != fresh.pid || p->word_addr != fresh.word_addr ||
+        p->word != fresh.word)
+        *p = fresh;
+    return p;
+}
+
+/* The direct allgather, or nothing: *done 1 when every slice is in place.
+ * 1. every rank allgathers its record (small, through the transport);
+ * 2. when every record names the same kernel and pid namespace, each rank
+ *    reads its peers' slices straight from their buffers into its own
+ *    (process_vm_readv: one copy, no message per chunk);
+ * 3. every rank allgathers whether its reads worked. That is the barrier
+ *    too: no rank returns (and lets its caller write the buffer) while
+ *    another may still read it.
+ * Every rank decides from the same records and the same answers, so all
+ * take the same path: *done 0 (after step 1 or 3) sends them all through
+ * the ring together. */
+static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char *buf, size_t bpr, int *done)
+{
+    oobx_ep_t *ep = c->ep;
+    int n = g->n, me = g->me;
+    *done = 0;
+    if (!ep->direct.ready) {
+        oobx__cma_self_init(&ep->direct.self, 1);
+        ep->direct.ready = 1;
+    }
+    if (!ep->direct.peers) ep->direct.peers = calloc((size_t)ep->nranks, sizeof(*ep->direct.peers));
+    unsigned char *recs = malloc((size_t)n * (DIRECT_REC + 4));
+    if (!recs) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
+    unsigned char *st = recs + (size_t)n * DIRECT_REC;
+    unsigned char *mine = recs + (size_t)me * DIRECT_REC;
+    oobx__cma_encode(&ep->direct.self, mine);
+    if (!ep->direct.peers) memset(mine, 0, 8); /* scope 0: this rank offers nothing */
+    oobx__put_u64(mine + OOBX_CMA_ID_BYTES, (uint64_t)(uintptr_t)buf);
+    oobx__put_u64(mine + OOBX_CMA_ID_BYTES + 8, bpr);
+    int rc = algo_allgather(c, g, recs, DIRECT_REC, "auto");
+    if (rc != 0) goto out;
+    uint64_t scope0, bpr0 = oobx__get_u64(recs + OOBX_CMA_ID_BYTES + 8);
+    memcpy(&scope0, recs, 8);
+    int same = scope0 != 0;
+    for (int q = 0; q < n; q++) {
+        const unsigned char *rq = recs + (size_t)q * DIRECT_REC;
+        uint64_t scope, b = oobx__get_u64(rq + OOBX_CMA_ID_BYTES + 8);
+        memcpy(&scope, rq, 8);
+        if (b != bpr0) {
+            char text[400];
+            snprintf(text, sizeof(text),
+                     "allgather (direct): group rank 0 (rank %d) passes %llu bytes per rank, group rank %d (rank %d) "
+                     "%llu: the ranks disagree on the call",
+                     member(g, 0), (unsigned long long)bpr0, q, member(g, q), (unsigned long long)b);
+            /* every rank of the group sees the same records, and says the same */
+            oobx__ep_fail(ep, oobx__ep_view_rank(c, member(g, q)), OOBX_ERR_MISMATCH, text);
+            rc = oobx__fail(c->log, OOBX_ERR_MISMATCH, "rank %d: %s", c->rank, text);
+            goto out;
+        }
+        if (scope != scope0) same = 0;
+    }
+    if (!same) goto out; /* another host, pid namespace, or a rank that offers nothing: the ring */
+    uint32_t status = 0;
+    for (int s = 1; s < n && !status; s++) {
+        int q = (me + s) % n; /* each rank starts at another peer */
+        const unsigned char *rq = recs + (size_t)q * DIRECT_REC;
+        oobx__cma_peer_t *p = direct_peer(ep, oobx__ep_view_rank(c, member(g, q)), rq);
+        uint64_t src = oobx__get_u64(rq + OOBX_CMA_ID_BYTES) + (uint64_t)q * bpr;
+        if (!oobx__cma_check(p) || oobx__cma_pull(p, buf + (size_t)q * bpr, src, bpr) != 0) {
+            status = 1u + (uint32_t)q;
+            OOBX_DEBUG(c->log, "rank %d: allgather (direct): cannot read the slice of group rank %d: %s", c->rank, q,
+                       p->why);
+        }
+    }
+    oobx__put_u32(st + 4 * (size_t)me, status);
+    rc = algo_allgather(c, g, st, 4, "auto");
+    if (rc != 0) goto out;
+    int bad = -1;
+    for (int q = 0; q < n && bad < 0; q++)
+        if (oobx__get_u32(st + 4 * (size_t)q)) bad = q;
+    if (bad < 0) {
+        *done = 1;
+        ep->direct.calls++;
+    } else {
+        ep->direct.fallbacks++;
+        OOBX_DEBUG(c->log, "rank %d: allgather (direct): group rank %d could not read the slice of group rank %u; the ring instead",
+                   c->rank, bad, oobx__get_u32(st + 4 * (size_t)bad) - 1);
+    }
+out:
+    free(recs);
+    return rc;
+}
+
+int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *buf, size_t bpr, const char *algo)
+{
+    if (g->n == 1 || bpr == 0) return 0;
+    /* OOBX_CMA_MIN=0 turns every cross-memory read off */
+    int direct = c->settings->cma_min &&
+                 (!strcmp(algo, "direct") || (!strcmp(algo, "auto") && c->settings->direct_min &&
+                                              bpr >= c->settings->direct_min));
+    if (!direct) return algo_allgather(c, g, buf, bpr, algo);
+    coll_group_t s = with_op(c, g, COLL_OP_ALLGATHER_DIRECT, 0);
+    int done = 0;
+    int rc = direct_allgather(c, &s, buf, bpr, &done);
+    return rc || done ? rc : algo_allgather(c, &s, buf, bpr, "auto");
 }
 
 int oobx__coll_ring_allgatherv(const oobx__ep_view_t *c, const coll_group_t *g, char *items, size_t cap, size_t *lens,

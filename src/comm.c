@@ -1150,6 +1150,21 @@ int oobx_comm_get_init_timings(oobx_comm_t c, oobx_init_timings_t *t)
     return 0;
 }
 
+int oobx_debug_coll_counts(oobx_comm_t c, oobx_coll_counts_t *t)
+{
+    if (!c || !t) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_debug_coll_counts: NULL argument");
+    size_t want = t->struct_size ? t->struct_size : sizeof(*t);
+    if (want < offsetof(oobx_coll_counts_t, direct) + sizeof(t->direct))
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_debug_coll_counts: struct_size %zu is too small", want);
+    oobx_coll_counts_t all = {.struct_size = want < sizeof(all) ? want : sizeof(all)};
+    pthread_mutex_lock(&c->v.ep->lock);
+    all.direct = c->v.ep->direct.calls;
+    all.direct_fallbacks = c->v.ep->direct.fallbacks;
+    pthread_mutex_unlock(&c->v.ep->lock);
+    memcpy(t, &all, all.struct_size);
+    return 0;
+}
+
 int oobx_debug_count_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");

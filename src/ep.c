@@ -883,6 +883,7 @@ void oobx__ep_release(oobx_ep_t *ep)
     free(ep->talked);
     free(ep->used);
     free(ep->ux_bytes);
+    free(ep->direct.peers);
     if (ep->wake_fd >= 0) close(ep->wake_fd);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
@@ -1125,6 +1126,7 @@ const char *oobx__coll_op_name(unsigned op)
     case COLL_OP_BCAST: return "broadcast";
     case COLL_OP_ALLGATHERV: return "allgather of the cards";
     case COLL_OP_NODE_ALLGATHER: return "allgather (hosts' leaders)";
+    case COLL_OP_ALLGATHER_DIRECT: return "allgather (direct)";
     default: return "an unknown call";
     }
 }

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "cma.h"
 #include "log.h"
 #include "oobx.h"
 #include "settings.h"
@@ -79,6 +80,7 @@ enum {
     COLL_OP_BCAST = 6,
     COLL_OP_ALLGATHERV = 7,
     COLL_OP_NODE_ALLGATHER = 8,
+    COLL_OP_ALLGATHER_DIRECT = 9, /* within one host: slices read from their owners' buffers */
 };
 const char *oobx__coll_op_name(unsigned op);
 /* "broadcast from group rank 3, call 17 on the communicator" */
@@ -141,6 +143,15 @@ typedef struct oobx_ep {
     /* some host runs more ranks than it has CPUs: the same on every rank, so
      * collectives may choose by it (fewer messages beat fewer rounds then) */
     int oversubscribed;
+    /* The direct allgather (coll.c): this process's cross-memory identity,
+     * set at the first call that offers it, and what it learnt of each
+     * endpoint rank's (NULL until then). */
+    struct {
+        int ready;
+        oobx__cma_self_t self;
+        oobx__cma_peer_t *peers;
+        uint64_t calls, fallbacks; /* calls that pulled every slice; that tried and took the ring instead */
+    } direct;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;
     /* where a peer's address is read the first time it is needed (the host's

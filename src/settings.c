@@ -25,8 +25,9 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_UID_STAGGER_RATE", "7000", "connections per second to a root when staggering", OOBX_SET_INT, S_(stagger_rate), 1, 10000000},
     {"OOBX_UID_STAGGER_THRESHOLD", "256", "ranks per root above which ranks stagger their first contact", OOBX_SET_INT, S_(stagger_threshold), 0, OOBX_NRANKS_MAX},
     {"OOBX_NET_DEVICE", "", "device for the OOB ring on ucx/verbs (UCX device such as mlx5_0:1, or HCA); empty: closest by topology", OOBX_SET_STR, S_(net_device), 0, 0},
-    {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, ring, bruck, tree (auto: ring for large totals; for small ones Bruck, or tree (gather + broadcast, fewer messages) when a host runs more ranks than it has CPUs)", OOBX_SET_STR, S_(allgather_algo), 0, 0},
+    {"OOBX_ALLGATHER_ALGO", "auto", "allgather algorithm: auto, direct, ring, bruck, tree (auto: direct for slices of OOBX_ALLGATHER_DIRECT_MIN bytes and more, ring for other large totals; for small ones Bruck, or tree (gather + broadcast, fewer messages) when a host runs more ranks than it has CPUs; direct: ranks of one host read each other's slices from their buffers, at every size, the ring where they cannot)", OOBX_SET_STR, S_(allgather_algo), 0, 0},
     {"OOBX_ALLGATHER_BRUCK_MAX", "65536", "auto picks Bruck while nranks*bytes_per_rank is at most this, else the ring", OOBX_SET_SIZE, S_(bruck_max_bytes), 0, 1ll << 40},
+    {"OOBX_ALLGATHER_DIRECT_MIN", "64K", "auto picks the direct allgather for slices of at least this many bytes: when every rank is on one host, each reads the others' slices straight from their buffers (Linux cross-memory attach, one copy, any transport; the ring where the kernel does not allow it); 0: never", OOBX_SET_SIZE, S_(direct_min), 0, 1ll << 40},
     {"OOBX_CHUNK_BYTES", "262144", "pipeline chunk of the ring allgather and broadcast", OOBX_SET_SIZE, S_(chunk_bytes), 1024, 1ll << 30},
     {"OOBX_UNEXPECTED_MAX", "1g", "bytes of messages no receive was posted for that one sender may have waiting; more fails that sender", OOBX_SET_SIZE, S_(unexpected_max), 65536, 1ll << 44},
     {"OOBX_SPIN_US", "-1", "microseconds to poll without sleeping before blocking on file descriptors: -1 adapts (up to 50 us, from the recent waits, when no host runs more ranks than it has CPUs; never when one does), 0 never polls", OOBX_SET_INT, S_(spin_us), -1, 1000000},
@@ -38,7 +39,7 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_HOST_ID", "", "names this rank's host for the node-aware bootstrap (ranks with the same id share memory); empty: the host name (set it for emulated hosts, or containers that share a host name but no /dev/shm)", OOBX_SET_STR, S_(host_id), 0, 0},
     {"OOBX_NODE_DIR", "/dev/shm", "directory of the host segments of the node-aware bootstrap (a tmpfs every rank of the host sees)", OOBX_SET_STR, S_(node_dir), 0, 0},
     {"OOBX_NODE_BUF", "4M", "bytes of each of the two shared buffers of the node-aware allgather: an allgather of at most this many bytes in all goes through the host's shared memory and its leader; 0: never", OOBX_SET_SIZE, S_(node_buf), 0, 1ll << 32},
-    {"OOBX_CMA_MIN", "256K", "payloads of at least this many bytes to a rank of the same host are read by the receiver straight from the sender's buffer (Linux cross-memory attach, one copy; socket and UCX transports), where the kernel allows it; 0: never", OOBX_SET_SIZE, S_(cma_min), 0, 1ll << 40},
+    {"OOBX_CMA_MIN", "256K", "payloads of at least this many bytes to a rank of the same host are read by the receiver straight from the sender's buffer (Linux cross-memory attach, one copy; socket and UCX transports), where the kernel allows it; 0: never (and no direct allgather)", OOBX_SET_SIZE, S_(cma_min), 0, 1ll << 40},
     {"OOBX_MODULE_DIR", "", "directory of the transport modules (liboobx-ucx.so, liboobx-verbs.so); empty: the one fixed at build or install time", OOBX_SET_STR, S_(module_dir), 0, 0},
     {"OOBX_FAILURE", "job", "job: when a rank fails, every rank's blocked and later calls of the communicators that contain it return OOBX_ERR_REMOTE naming it (the news spreads in log2(N) steps); local: only the calls that wait on the failed rank fail", OOBX_SET_STR, S_(failure), 0, 0},
     {"OOBX_LOG_LEVEL", "warn", "none, error, warn, info, debug, trace", OOBX_SET_LEVEL, S_(log_level), 0, 0},
@@ -167,8 +168,8 @@ int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
                          cfg && cfg->transport ? "oobx_config_t.transport" : "OOBX_TRANSPORT", s->transport, names);
     }
     if (strcmp(s->allgather_algo, "auto") && strcmp(s->allgather_algo, "ring") && strcmp(s->allgather_algo, "bruck") &&
-        strcmp(s->allgather_algo, "tree"))
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, ring, bruck, tree",
+        strcmp(s->allgather_algo, "tree") && strcmp(s->allgather_algo, "direct"))
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, direct, ring, bruck, tree",
                          s->allgather_algo);
     if (strcmp(s->failure, "job") && strcmp(s->failure, "local"))
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_FAILURE=\"%s\" is not one of job, local", s->failure);

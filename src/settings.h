@@ -20,7 +20,7 @@ typedef struct oobx_settings {
     int stagger_rate;          /* OOBX_UID_STAGGER_RATE: connections per second */
     int stagger_threshold;     /* OOBX_UID_STAGGER_THRESHOLD: ranks per root */
     char net_device[128];      /* OOBX_NET_DEVICE */
-    char allgather_algo[16];   /* OOBX_ALLGATHER_ALGO: auto, ring, bruck */
+    char allgather_algo[16];   /* OOBX_ALLGATHER_ALGO: auto, direct, ring, bruck, tree */
     size_t bruck_max_bytes;    /* OOBX_ALLGATHER_BRUCK_MAX: auto picks Bruck up to this total */
     size_t chunk_bytes;        /* OOBX_CHUNK_BYTES: pipeline chunk */
     int spin_us;               /* OOBX_SPIN_US: progress spin before blocking */
@@ -33,6 +33,7 @@ typedef struct oobx_settings {
     char host_id[128];         /* OOBX_HOST_ID */
     char node_dir[256];        /* OOBX_NODE_DIR */
     size_t node_buf;           /* OOBX_NODE_BUF */
+    size_t direct_min;         /* OOBX_ALLGATHER_DIRECT_MIN: auto's direct allgather from this slice size */
     size_t cma_min;            /* OOBX_CMA_MIN: single-copy pulls between ranks of one host from this size */
     char module_dir[512];      /* OOBX_MODULE_DIR: where transport modules are loaded from */
     int log_level;             /* OOBX_LOG_LEVEL */

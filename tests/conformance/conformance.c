@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -224,6 +225,64 @@ static int rank_allgather(harness_rank_t *r)
     }
     /* NULL buffer with 0 bytes is legal */
     H_OK(r, oobx_allgather(c, NULL, 0));
+    /* the ranks of this test share one host: with direct (forced, or auto
+     * at its size), every slice came straight from its owner's buffer */
+    unsigned long long want = 0;
+    for (int k = 0; k < p->nsizes; k++)
+        if (p->sizes[k] && algo && (!strcmp(algo, "direct") || (!strcmp(algo, "auto") && p->sizes[k] >= 65536)))
+            want += 2;
+    oobx_coll_counts_t cc = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &cc));
+    if (r->nranks > 1 && (cc.direct != want || cc.direct_fallbacks != 0))
+        H_FAIL(r, "%s: %llu direct allgathers and %llu fallbacks, want %llu and 0", what, cc.direct,
+               cc.direct_fallbacks, want);
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* One rank cannot read the others' memory (as root it runs on as nobody,
+ * as another user it makes itself undumpable, so that they cannot read
+ * it): the direct allgather finds out in its reads and every rank takes the
+ * ring for that call, with the right slices; a group allgather of the
+ * ranks that can read each other stays direct. */
+static int rank_direct_fallback(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    H_OK(r, oobx_barrier(c));
+    if (r->rank == 1) {
+        if (geteuid() == 0) {
+            if (setresuid(65534, 65534, 65534) != 0) H_FAIL(r, "setresuid(nobody): %s", strerror(errno));
+        } else if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+            H_FAIL(r, "prctl(PR_SET_DUMPABLE, 0): %s", strerror(errno));
+        }
+    }
+    H_OK(r, oobx_barrier(c));
+    const size_t b = 300000;
+    for (int k = 0; k < 3; k++) check_allgather(r, c, b, 40u + (unsigned)k, "direct, rank 1 unreadable");
+    oobx_coll_counts_t cc = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &cc));
+    if (cc.direct != 0 || cc.direct_fallbacks != 3)
+        H_FAIL(r, "%llu direct allgathers and %llu fallbacks, want 0 and 3", cc.direct, cc.direct_fallbacks);
+    /* without rank 1 */
+    int g[8], n = 0;
+    for (int i = 0; i < r->nranks; i++)
+        if (i != 1) g[n++] = i;
+    if (r->rank != 1) {
+        unsigned char *buf = xmalloc(r, (size_t)n * b);
+        int me = r->rank == 0 ? 0 : r->rank - 1;
+        harness_fill(buf + (size_t)me * b, b, r->rank, 17);
+        int rc = oobx_group_allgather(c, g, n, buf, b);
+        if (rc != OOBX_SUCCESS)
+            H_FAIL(r, "oobx_group_allgather without rank 1: %s: %s", oobx_error_name(rc), oobx_last_error());
+        for (int i = 0; i < n; i++)
+            harness_verify(r, buf + (size_t)i * b, b, g[i], 17, "group allgather slice %d (rank %d)", i, g[i]);
+        free(buf);
+        H_OK(r, oobx_debug_coll_counts(c, &cc));
+        if (cc.direct != 1 || cc.direct_fallbacks != 3)
+            H_FAIL(r, "after the group allgather: %llu direct and %llu fallbacks, want 1 and 3", cc.direct,
+                   cc.direct_fallbacks);
+    }
+    H_OK(r, oobx_barrier(c));
     H_OK(r, oobx_comm_destroy(c));
     return 0;
 }
@@ -1295,9 +1354,9 @@ static void build_cases(conf_suite_t *s)
     c->job.from_env = 1;
 
     /* allgather: every algorithm, sizes 0, 1, 100, 1 MiB per rank */
-    static const char *algos[] = {"auto", "ring", "bruck"};
+    static const char *algos[] = {"auto", "ring", "bruck", "direct"};
     static const int ag_n[] = {2, 3, 7, 16, 64};
-    for (size_t a = 0; a < 3; a++) {
+    for (size_t a = 0; a < 4; a++) {
         for (size_t i = 0; i < OOBX_ARRAY_SIZE_(ag_n); i++) {
             int n = ag_n[i];
             if (n > max_n) continue;
@@ -1398,6 +1457,14 @@ static void build_cases(conf_suite_t *s)
     c = add_case(s, "allgather_size_mismatch_ring_n5", rank_size_mismatch, 5, 2);
     c->job.call_timeout_ms = 10000;
     c->env[0] = "OOBX_ALLGATHER_ALGO=ring";
+    c = add_case(s, "allgather_size_mismatch_direct_n4", rank_size_mismatch, 4, 1);
+    c->job.call_timeout_ms = 10000;
+    c->env[0] = "OOBX_ALLGATHER_ALGO=direct";
+    /* a rank that cannot read the others' memory, or be read: the ring */
+    if (!strcmp(s->transport, "socket")) {
+        c = add_case(s, "allgather_direct_fallback_n4", rank_direct_fallback, 4, 1);
+        c->job.call_timeout_ms = 10000;
+    }
     c = add_case(s, "bcast_root_mismatch_n4", rank_call_mismatch, 4, 1);
     c->job.call_timeout_ms = 10000;
     c->p.count = 0;
