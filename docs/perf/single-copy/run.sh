@@ -1,5 +1,5 @@
 #!/bin/bash
-# Single-copy payloads (OOBX_CMA_MIN, OOBX_UCX_PULL, the UCX ring choice):
+# Single-copy payloads (the direct allgather, OOBX_CMA_MIN, OOBX_UCX_PULL, the UCX ring choice):
 # one run of each path side by side, ranks <= cores. Usage: run.sh [OUT]
 # (prints a table; the raw outputs go to OUT). Needs oobx-run, oobx-bench,
 # ucx_perftest and cma-raw (a process_vm_readv/memcpy loop) on PATH.
@@ -8,8 +8,10 @@ mkdir -p "$out"
 export OOBX_SOCKET_IFNAME=lo UCX_NET_DEVICES=lo
 shm="posix,sysv,cma,self"
 echo "host: $(nproc) CPUs, $(uname -r)"
-cma-raw 1048576 | tail -1
-cma-raw 4194304 | tail -1
+if command -v cma-raw >/dev/null; then
+    cma-raw 1048576 | tail -1
+    cma-raw 4194304 | tail -1
+fi
 run() { # name n env...
     local name=$1 n=$2
     shift 2
@@ -20,8 +22,10 @@ run() { # name n env...
 }
 for n in 2 4 8; do
     run socket "$n" OOBX_TRANSPORT=socket
+    run socket-ring "$n" OOBX_TRANSPORT=socket OOBX_ALLGATHER_ALGO=ring
     run socket-nocma "$n" OOBX_TRANSPORT=socket OOBX_CMA_MIN=0
-    run ucx-ring "$n" OOBX_TRANSPORT=ucx UCX_TLS=$shm
+    run ucx "$n" OOBX_TRANSPORT=ucx UCX_TLS=$shm
+    run ucx-ring "$n" OOBX_TRANSPORT=ucx UCX_TLS=$shm OOBX_ALLGATHER_ALGO=ring
     run ucx-pull "$n" OOBX_TRANSPORT=ucx UCX_TLS=$shm OOBX_UCX_PULL=1
     run ucx-rndv "$n" OOBX_TRANSPORT=ucx UCX_TLS=$shm OOBX_UCX_RING=tag
 done
