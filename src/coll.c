@@ -483,11 +483,10 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
     oobx_ep_t *ep = c->ep;
     int n = g->n, me = g->me;
     *done = 0;
-    if (!ep->direct.ready) {
-        oobx__cma_self_init(&ep->direct.self, 1);
-        ep->direct.ready = 1;
+    if (!ep->direct.peers) {
+        ep->direct.peers = calloc((size_t)ep->nranks, sizeof(*ep->direct.peers));
+        if (ep->direct.peers) oobx__cma_self_init(&ep->direct.self, 1);
     }
-    if (!ep->direct.peers) ep->direct.peers = calloc((size_t)ep->nranks, sizeof(*ep->direct.peers));
     unsigned char *recs = malloc((size_t)n * (DIRECT_REC + 4));
     if (!recs) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
     unsigned char *st = recs + (size_t)n * DIRECT_REC;

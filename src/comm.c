@@ -834,6 +834,11 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
     }
     if (rc == 0) memcpy(buf, data, (size_t)nranks * bpr);
     oobx__node_ag_leave(seg, b, k);
+    if (rc == 0) {
+        pthread_mutex_lock(&c->v.ep->lock);
+        c->v.ep->direct.node++;
+        pthread_mutex_unlock(&c->v.ep->lock);
+    }
     return rc;
 }
 
@@ -1138,31 +1143,38 @@ const char *oobx_comm_transport(oobx_comm_t c)
     return c ? c->transport : NULL;
 }
 
+/* Hands a structure that may grow at its end (its first member is
+ * struct_size) to a caller built against any version of it: asked is the
+ * caller's struct_size (0: this build's), least what the call always fills. */
+static int sized_out(const char *call, void *out, size_t asked, void *all, size_t size, size_t least)
+{
+    size_t want = asked ? asked : size;
+    if (want < least) return oobx__fail(NULL, OOBX_ERR_INVALID, "%s: struct_size %zu is too small", call, want);
+    size_t n = want < size ? want : size;
+    memcpy(all, &n, sizeof(n));
+    memcpy(out, all, n);
+    return 0;
+}
+
 int oobx_comm_get_init_timings(oobx_comm_t c, oobx_init_timings_t *t)
 {
     if (!c || !t) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_get_init_timings: NULL argument");
-    size_t want = t->struct_size ? t->struct_size : sizeof(*t);
-    if (want < offsetof(oobx_init_timings_t, total) + sizeof(double))
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_comm_get_init_timings: struct_size %zu is too small", want);
     oobx_init_timings_t all = c->timings;
-    all.struct_size = want < sizeof(all) ? want : sizeof(all);
-    memcpy(t, &all, all.struct_size);
-    return 0;
+    return sized_out("oobx_comm_get_init_timings", t, t->struct_size, &all, sizeof(all),
+                     offsetof(oobx_init_timings_t, total) + sizeof(double));
 }
 
 int oobx_debug_coll_counts(oobx_comm_t c, oobx_coll_counts_t *t)
 {
     if (!c || !t) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_debug_coll_counts: NULL argument");
-    size_t want = t->struct_size ? t->struct_size : sizeof(*t);
-    if (want < offsetof(oobx_coll_counts_t, direct) + sizeof(t->direct))
-        return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_debug_coll_counts: struct_size %zu is too small", want);
-    oobx_coll_counts_t all = {.struct_size = want < sizeof(all) ? want : sizeof(all)};
+    oobx_coll_counts_t all = {0};
     pthread_mutex_lock(&c->v.ep->lock);
     all.direct = c->v.ep->direct.calls;
     all.direct_fallbacks = c->v.ep->direct.fallbacks;
+    all.node = c->v.ep->direct.node;
     pthread_mutex_unlock(&c->v.ep->lock);
-    memcpy(t, &all, all.struct_size);
-    return 0;
+    return sized_out("oobx_debug_coll_counts", t, t->struct_size, &all, sizeof(all),
+                     offsetof(oobx_coll_counts_t, direct) + sizeof(all.direct));
 }
 
 int oobx_debug_count_fds(void)

@@ -144,13 +144,13 @@ typedef struct oobx_ep {
      * collectives may choose by it (fewer messages beat fewer rounds then) */
     int oversubscribed;
     /* The direct allgather (coll.c): this process's cross-memory identity,
-     * set at the first call that offers it, and what it learnt of each
-     * endpoint rank's (NULL until then). */
+     * set when peers is first allocated, and what it learnt of each
+     * endpoint rank's (NULL until the first call that offers it). */
     struct {
-        int ready;
         oobx__cma_self_t self;
         oobx__cma_peer_t *peers;
         uint64_t calls, fallbacks; /* calls that pulled every slice; that tried and took the ring instead */
+        uint64_t node;             /* allgathers through the host's shared buffer (comm.c) */
     } direct;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;

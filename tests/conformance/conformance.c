@@ -219,33 +219,33 @@ static int rank_allgather(harness_rank_t *r)
     const char *algo = getenv("OOBX_ALLGATHER_ALGO");
     char what[64];
     snprintf(what, sizeof what, "algo %s", algo ? algo : "default");
+    /* the ranks of this test share one host: with direct (forced, or auto
+     * at its size), every slice comes straight from its owner's buffer,
+     * unless the node-aware path (when init found hosts) takes the call
+     * through its shared buffer; no other call is direct */
+    oobx_init_timings_t it = OOBX_INIT_TIMINGS_INIT;
+    H_OK(r, oobx_comm_get_init_timings(c, &it));
+    oobx_coll_counts_t was = OOBX_COLL_COUNTS_INIT, now = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &was));
     for (int k = 0; k < p->nsizes; k++) {
-        check_allgather(r, c, p->sizes[k], (unsigned)k * 2 + 100, what);
-        check_allgather(r, c, p->sizes[k], (unsigned)k * 2 + 101, what);
+        size_t b = p->sizes[k];
+        int direct = b && r->nranks > 1 && algo &&
+                     (!strcmp(algo, "direct") || (!strcmp(algo, "auto") && b >= 65536));
+        for (unsigned t = 0; t < 2; t++) {
+            check_allgather(r, c, b, (unsigned)k * 2 + 100 + t, what);
+            H_OK(r, oobx_debug_coll_counts(c, &now));
+            unsigned long long dd = now.direct - was.direct, dn = now.node - was.node;
+            if (now.direct_fallbacks != 0 || dd > (unsigned long long)direct || dn > 1 || (dn && it.hosts == 0) ||
+                (direct && dd + dn != 1))
+                H_FAIL(r, "%s, %zu bytes per rank: the call counted %llu direct, %llu node-aware, %llu fallbacks "
+                          "(init found %d hosts); want %s",
+                       what, b, dd, dn, now.direct_fallbacks, it.hosts,
+                       direct ? "one of direct or node-aware" : "no direct");
+            was = now;
+        }
     }
     /* NULL buffer with 0 bytes is legal */
     H_OK(r, oobx_allgather(c, NULL, 0));
-    /* the ranks of this test share one host: with direct (forced, or auto
-     * at its size), every slice came straight from its owner's buffer,
-     * except where the node-aware path took the call (its shared buffer,
-     * OOBX_NODE_BUF, holds the whole result; its init reports the hosts) */
-    oobx_init_timings_t it = OOBX_INIT_TIMINGS_INIT;
-    H_OK(r, oobx_comm_get_init_timings(c, &it));
-    const char *nb = getenv("OOBX_NODE_BUF");
-    char *unit = NULL;
-    size_t node_buf = nb ? (size_t)strtoull(nb, &unit, 0) : 4u << 20;
-    if (unit && *unit) node_buf <<= strchr("kK", *unit) ? 10 : strchr("mM", *unit) ? 20 : strchr("gG", *unit) ? 30 : 0;
-    if (it.hosts == 0) node_buf = 0;
-    unsigned long long want = 0;
-    for (int k = 0; k < p->nsizes; k++)
-        if (p->sizes[k] && algo && (!strcmp(algo, "direct") || (!strcmp(algo, "auto") && p->sizes[k] >= 65536)) &&
-            (size_t)r->nranks * p->sizes[k] > node_buf)
-            want += 2;
-    oobx_coll_counts_t cc = OOBX_COLL_COUNTS_INIT;
-    H_OK(r, oobx_debug_coll_counts(c, &cc));
-    if (r->nranks > 1 && (cc.direct != want || cc.direct_fallbacks != 0))
-        H_FAIL(r, "%s: %llu direct allgathers and %llu fallbacks, want %llu and 0", what, cc.direct,
-               cc.direct_fallbacks, want);
     H_OK(r, oobx_comm_destroy(c));
     return 0;
 }
