@@ -25,6 +25,11 @@
  * A rank that hosts a root inherits that root's listening socket (only that
  * rank; close-on-exec everywhere else) and finds it in OOBX_ROOT_FD.
  *
+ * Unless OOBX_NODE_DIR is set, the ranks' host segments (node-aware
+ * bootstrap) go in a directory of this run's own, mode 700 in /dev/shm,
+ * which the top removes with whatever is left in it (a segment that a rank
+ * killed early never unlinked) when the job ends.
+ *
  * --hosts H emulates H hosts with network namespaces, one per host, wired by
  * veth pairs to a bridge that lives in a namespace of its own; the ranks of
  * host h run in namespace h (their sub-launcher enters it before it forks
@@ -156,6 +161,7 @@ typedef struct run_job {
     char tag[48];     /* "oobx-run-PID.START": names of this run's namespaces */
     char *comm_id;
     char run_key[33]; /* OOBX_RUN_KEY: random per run, the job identity the secret comes from */
+    char node_dir[96]; /* this run's OOBX_NODE_DIR, made and removed by the top; "" when the user set it */
     int sigfd;
     int devnull;
     pid_t self;
@@ -1781,6 +1787,36 @@ static int plan(run_job_t *job)
     return 0;
 }
 
+/* This run's directory for the ranks' host segments (OOBX_NODE_DIR), in
+ * /dev/shm: private to the user, and removed with what is left in it at the
+ * end. None (and the library's default) where /dev/shm cannot take it. */
+static void node_dir_make(run_job_t *job)
+{
+    if (getenv("OOBX_NODE_DIR")) return; /* the user's choice */
+    snprintf(job->node_dir, sizeof job->node_dir, "/dev/shm/oobx-run-%u-%d-XXXXXX", (unsigned)getuid(), (int)getpid());
+    if (!mkdtemp(job->node_dir) || setenv("OOBX_NODE_DIR", job->node_dir, 1) != 0) {
+        if (job->node_dir[0] == '/' && !strstr(job->node_dir, "XXXXXX")) rmdir(job->node_dir);
+        job->node_dir[0] = 0;
+    }
+}
+
+/* Removes the directory and the files in it (the top only: sub-launchers are forks). */
+static void node_dir_remove(run_job_t *job)
+{
+    if (!job->node_dir[0] || getpid() != job->self) return;
+    DIR *d = opendir(job->node_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    if (rmdir(job->node_dir) != 0 && errno != ENOENT)
+        say("cannot remove %s: %s", job->node_dir, strerror(errno));
+    job->node_dir[0] = 0;
+}
+
 static void job_free(run_job_t *job)
 {
     if (job->roots)
@@ -1793,6 +1829,7 @@ static void job_free(run_job_t *job)
             free(job->subs[k].in);
         }
     net_cleanup(job);
+    node_dir_remove(job);
     if (job->sigfd >= 0) close(job->sigfd);
     if (job->devnull >= 0) close(job->devnull);
     free(job->ranks);
@@ -1857,6 +1894,7 @@ int main(int argc, char **argv)
         job_free(&job);
         return 2;
     }
+    node_dir_make(&job);
 
     job.t0_ms = now_ms();
     job.deadline_ms = job.opt.timeout_s > 0 ? job.t0_ms + (int64_t)(job.opt.timeout_s * 1000.0) : -1;

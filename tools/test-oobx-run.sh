@@ -48,6 +48,19 @@ OOBX_SOCKET_IFNAME=eth check "OOBX_SOCKET_IFNAME kept when set" 0 '^\[0\] eth$' 
 check "stderr prefixed on stderr" 0 '^\[1\] to stderr$' err -- -n 2 -- sh -c 'echo to stderr >&2'
 check "last line without newline" 0 '^\[0\] partial$' out -- -n 1 -- sh -c 'printf partial'
 check "--no-prefix" 0 '^plain$' out -- -n 1 --no-prefix -- sh -c 'echo plain'
+# the ranks' host segments go in a directory of the run's own, removed with
+# what a rank left there (a failing job included); a set OOBX_NODE_DIR is kept
+check "OOBX_NODE_DIR: the run's own, mode 700" 0 '^\[1\] /dev/shm/oobx-run-[0-9]+-[0-9]+-[A-Za-z0-9]{6} 700$' out -- \
+    -n 2 -- sh -c 'echo "$OOBX_NODE_DIR $(stat -c %a "$OOBX_NODE_DIR")"; touch "$OOBX_NODE_DIR/oobx-left-$OOBX_RANK"'
+d=$(sed -n 's/^\[0\] \([^ ]*\) .*/\1/p' "$tmp/out")
+if [ -n "$d" ] && [ ! -e "$d" ]; then ok "OOBX_NODE_DIR: removed with what was left in it"
+else bad "OOBX_NODE_DIR: removed with what was left in it ($d)"; fi
+check "OOBX_NODE_DIR: a failing job" 1 'failed ranks: 1 \(exit 5\)' err -- \
+    -n 2 -- sh -c 'echo "$OOBX_NODE_DIR"; touch "$OOBX_NODE_DIR/x"; [ $OOBX_RANK = 1 ] && exit 5; sleep 30'
+d=$(sed -n 's/^\[0\] //p' "$tmp/out")
+if [ -n "$d" ] && [ ! -e "$d" ]; then ok "OOBX_NODE_DIR: removed after a failure"
+else bad "OOBX_NODE_DIR: removed after a failure ($d)"; fi
+OOBX_NODE_DIR=/tmp check "OOBX_NODE_DIR kept when set" 0 '^\[0\] /tmp$' out -- -n 1 -- sh -c 'echo $OOBX_NODE_DIR'
 check "failing rank named" 1 '^oobx-run: failed ranks: 2 \(exit 3\)$' err -- \
     -n 4 -- sh -c '[ $OOBX_RANK = 2 ] && exit 3; sleep 30'
 check "others ended" 1 '^oobx-run: ended by oobx-run: ranks 0-1,3$' err -- \
