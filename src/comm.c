@@ -635,7 +635,7 @@ static int card_complete(void *arg)
 
 /* Tags of the leaders' rings: group ids no group collective has. */
 #define NODE_TRADE_TAG (0xfffffeull << 40)
-#define NODE_AG_TAG(seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 0, COLL_OP_NODE_ALLGATHER, (seq), 0)
+#define NODE_AG_TAG(op, seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 0, (op), (seq), 0)
 
 static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members)
 {
@@ -760,37 +760,59 @@ static void node_fail(struct oobx_comm *c, int who, int status, const char *text
     pthread_mutex_unlock(&c->v.ep->lock);
 }
 
-/* Within a host through the shared buffer, across hosts among the leaders. */
-static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
+/* What a member writes as its bytes per rank for a barrier: no allgather's
+ * size, so that a barrier and an allgather of one call are told apart. */
+#define NODE_BARRIER_SIG UINT64_MAX
+
+/* "oobx_barrier", "oobx_allgather of 8 bytes per rank": a signature, for messages. */
+static void node_sig_name(uint64_t sig, char *buf, size_t len)
+{
+    if (sig == NODE_BARRIER_SIG) snprintf(buf, len, "oobx_barrier");
+    else snprintf(buf, len, "oobx_allgather of %llu bytes per rank", (unsigned long long)sig);
+}
+
+/* Within a host through the shared buffer, across hosts among the leaders.
+ * barrier: the same steps without slices (bpr 0, buf unused). */
+static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barrier)
 {
     int rank = c->v.rank, nranks = c->v.nranks, L = c->node.local_size;
+    unsigned op = barrier ? COLL_OP_NODE_BARRIER : COLL_OP_NODE_ALLGATHER;
+    const char *opname = barrier ? "barrier" : "allgather";
+    uint64_t sig = barrier ? NODE_BARRIER_SIG : bpr;
+    if (barrier) bpr = 0;
     oobx__node_t *seg = c->node.seg;
     pthread_mutex_lock(&c->v.ep->lock);
     uint32_t u = c->node.uses++;
     uint32_t seq = c->coll_seq++;
     /* the call on the communicator's count: a rank that makes another call
      * under its number and sends is found out (ep.h) */
-    oobx__ep_coll_begin(&c->v, oobx__coll_tag(0, 0, COLL_OP_NODE_ALLGATHER, seq, 0));
+    oobx__ep_coll_begin(&c->v, oobx__coll_tag(0, 0, op, seq, 0));
     c->node.cancel.poll = node_poll;
     c->node.cancel.poll_arg = c;
     pthread_mutex_unlock(&c->v.ep->lock);
     int b = (int)(u & 1);
     uint32_t k = u >> 1;
     c->node.cancel.deadline_ns = oobx__deadline(c->settings.timeout_ms);
-    int rc = oobx__node_ag_enter(seg, b, k, bpr);
+    int rc = oobx__node_ag_enter(seg, b, k, sig);
     if (rc != 0) return rc;
     unsigned char *data = oobx__node_data(seg, b);
-    memcpy(data + (size_t)rank * bpr, (char *)buf + (size_t)rank * bpr, bpr);
+    if (bpr) memcpy(data + (size_t)rank * bpr, (char *)buf + (size_t)rank * bpr, bpr);
     oobx__node_ag_arrive(seg, b, k);
+    size_t all = (size_t)nranks * bpr;
+    /* a fresh result buffer's pages are mapped while this rank waits (a
+     * member) or just before the copy (the leader, whose ring comes first) */
+    if (!c->node.leader && bpr) oobx__prefault_write(buf, all);
     if (c->node.leader) {
         int mr = -1;
         uint64_t mb = 0;
-        rc = oobx__node_ag_wait_arrivals(seg, b, k, bpr, &mr, &mb);
+        rc = oobx__node_ag_wait_arrivals(seg, b, k, sig, opname, &mr, &mb);
         if (rc == 0 && mr >= 0) {
+            char theirs[80], mine[80];
+            node_sig_name(mb, theirs, sizeof(theirs));
+            node_sig_name(sig, mine, sizeof(mine));
             rc = oobx__fail(&c->log, OOBX_ERR_MISMATCH,
-                            "oobx_allgather: rank %d passes %llu bytes per rank, rank %d (the leader of its host) %zu: "
-                            "the ranks disagree on the call",
-                            mr, (unsigned long long)mb, rank, bpr);
+                            "%s: rank %d calls %s, rank %d (the leader of its host) %s: the ranks disagree on the call",
+                            barrier ? "oobx_barrier" : "oobx_allgather", mr, theirs, rank, mine);
             /* the other hosts' leaders wait for this host's slices: they hear it too */
             node_fail(c, mr, OOBX_ERR_MISMATCH, oobx_last_error());
         }
@@ -805,12 +827,13 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
                 oobx__put_u32(out + 4, (uint32_t)L);
                 for (int q = 0; q < L; q++) {
                     oobx__put_u32(out + 8 + 4 * (size_t)q, (uint32_t)c->node.members[q]);
-                    memcpy(out + 8 + 4 * (size_t)L + (size_t)q * bpr, data + (size_t)c->node.members[q] * bpr, bpr);
+                    if (bpr)
+                        memcpy(out + 8 + 4 * (size_t)L + (size_t)q * bpr, data + (size_t)c->node.members[q] * bpr, bpr);
                     t.have[c->node.members[q]] = 1;
                 }
-                leader_ring_t lr = {.next = c->node.next, .prev = c->node.prev, .tag = NODE_AG_TAG(seq), .own = out,
+                leader_ring_t lr = {.next = c->node.next, .prev = c->node.prev, .tag = NODE_AG_TAG(op, seq), .own = out,
                                     .own_len = own, .in_cap = (size_t)(nranks - L) * (4 + bpr) + 8 * (size_t)nranks,
-                                    .what = "allgather slices", .unpack = slice_unpack,
+                                    .what = barrier ? "barrier arrivals" : "allgather slices", .unpack = slice_unpack,
                                     .complete = slice_complete, .arg = &t};
                 pthread_mutex_lock(&c->v.ep->lock);
                 rc = leader_ring_run(c, &lr);
@@ -825,18 +848,27 @@ static int node_allgather(struct oobx_comm *c, void *buf, size_t bpr)
         const char *origin = rc ? oobx__ep_view_failure(&c->v) : NULL;
         oobx__node_ag_done(seg, b, rc, rc ? (origin ? origin : oobx_last_error()) : NULL);
     } else {
-        rc = oobx__node_ag_wait_done(seg, b, k);
+        rc = oobx__node_ag_wait_done(seg, b, k, opname);
         /* the leader's failure is this communicator's: later calls say so at once */
         if (rc == OOBX_ERR_MISMATCH || rc == OOBX_ERR_REMOTE) {
             const char *origin = oobx__node_ag_error(seg);
             node_fail(c, -1, rc, origin ? origin : oobx_last_error());
         }
     }
-    if (rc == 0) memcpy(buf, data, (size_t)nranks * bpr);
+    if (rc == 0 && c->node.leader && bpr) oobx__prefault_write(buf, all);
+    if (rc == 0 && bpr) memcpy(buf, data, all);
     oobx__node_ag_leave(seg, b, k);
     if (rc == 0) {
         pthread_mutex_lock(&c->v.ep->lock);
-        c->v.ep->direct.node++;
+        if (barrier) c->v.ep->direct.node_barrier++;
+        else c->v.ep->direct.node++;
+        /* every rank took part, as in a call over the ring: a ring link
+         * that goes down without a goodbye from now on is a death the
+         * communicator hears of (ep.c, peer_failed), not a rank that left */
+        if (nranks > 1) {
+            c->v.ep->used[(rank + 1) % nranks] = 1;
+            c->v.ep->used[(rank - 1 + nranks) % nranks] = 1;
+        }
         pthread_mutex_unlock(&c->v.ep->lock);
     }
     return rc;
@@ -1172,6 +1204,7 @@ int oobx_debug_coll_counts(oobx_comm_t c, oobx_coll_counts_t *t)
     all.direct = c->v.ep->direct.calls;
     all.direct_fallbacks = c->v.ep->direct.fallbacks;
     all.node = c->v.ep->direct.node;
+    all.node_barrier = c->v.ep->direct.node_barrier;
     pthread_mutex_unlock(&c->v.ep->lock);
     return sized_out("oobx_debug_coll_counts", t, t->struct_size, &all, sizeof(all),
                      offsetof(oobx_coll_counts_t, direct) + sizeof(all.direct));
@@ -1256,7 +1289,7 @@ int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
 {
     if (c && buf && node_allgather_fits(c, bpr)) {
         int rc = oobx__comm_check(c, "oobx_allgather");
-        return rc ? rc : node_allgather(c, buf, bpr);
+        return rc ? rc : node_collective(c, buf, bpr, 0);
     }
     COLL_ENTER("oobx_allgather");
     if (!buf && bpr) rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->v.rank);
@@ -1265,8 +1298,18 @@ int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
     COLL_LEAVE();
 }
 
+/* Above this many hosts the leaders' ring (one step a host) is slower than
+ * the tree over all ranks: the node-aware barrier stops there. */
+#define NODE_BARRIER_MAX_HOSTS 64
+
 int oobx_barrier(oobx_comm_t c)
 {
+    if (c && c->node.seg && !c->v.ep_rank && c->timings.hosts <= NODE_BARRIER_MAX_HOSTS) {
+        /* no connection beyond those init made: the host's shared memory,
+         * then the leaders' ring (the same answer on every rank) */
+        int rc = oobx__comm_check(c, "oobx_barrier");
+        return rc ? rc : node_collective(c, NULL, 0, 1);
+    }
     COLL_ENTER("oobx_barrier");
     coll_group_t g = whole(c);
     rc = oobx__coll_barrier(&c->v, &g);

@@ -1127,6 +1127,7 @@ const char *oobx__coll_op_name(unsigned op)
     case COLL_OP_ALLGATHERV: return "allgather of the cards";
     case COLL_OP_NODE_ALLGATHER: return "allgather (hosts' leaders)";
     case COLL_OP_ALLGATHER_DIRECT: return "allgather (direct)";
+    case COLL_OP_NODE_BARRIER: return "barrier (hosts' leaders)";
     default: return "an unknown call";
     }
 }

@@ -81,6 +81,7 @@ enum {
     COLL_OP_ALLGATHERV = 7,
     COLL_OP_NODE_ALLGATHER = 8,
     COLL_OP_ALLGATHER_DIRECT = 9, /* within one host: slices read from their owners' buffers */
+    COLL_OP_NODE_BARRIER = 10,    /* the hosts' shared memory and their leaders' ring */
 };
 const char *oobx__coll_op_name(unsigned op);
 /* "broadcast from group rank 3, call 17 on the communicator" */
@@ -151,6 +152,7 @@ typedef struct oobx_ep {
         oobx__cma_peer_t *peers;
         uint64_t calls, fallbacks; /* calls that pulled every slice; that tried and took the ring instead */
         uint64_t node;             /* allgathers through the host's shared buffer (comm.c) */
+        uint64_t node_barrier;     /* barriers the same way */
     } direct;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;

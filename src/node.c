@@ -562,7 +562,7 @@ static int ag_failed(const oobx__node_t *n)
     if (!f) return 0;
     char text[NODE_ERROR_MAX];
     snprintf(text, sizeof(text), "%s", a->error);
-    return oobx__fail(n->p.log, f, "rank %d: a node-aware allgather of this host failed: %s", n->p.rank, text);
+    return oobx__fail(n->p.log, f, "rank %d: a node-aware collective of this host failed: %s", n->p.rank, text);
 }
 
 /* The host's ranks that have not joined the allgather in progress: ";
@@ -642,8 +642,8 @@ int oobx__node_ag_enter(oobx__node_t *n, int b, uint32_t use, uint64_t bpr)
     int rc = ag_failed(n);
     if (rc) return rc;
     /* the previous use of this buffer is drained */
-    rc = ag_wait(n, &a->left[b], use * (uint32_t)n->p.local_size, "waiting for the host's ranks to read the last "
-                                                                   "allgather",
+    rc = ag_wait(n, &a->left[b], use * (uint32_t)n->p.local_size, "waiting for the host's ranks to leave the last "
+                                                                   "allgather or barrier",
                  -1);
     if (rc) return rc;
     __atomic_store_n(&member(n, n->p.local_index)->ag_bpr[b], bpr, __ATOMIC_RELAXED);
@@ -659,11 +659,12 @@ void oobx__node_ag_arrive(oobx__node_t *n, int b, uint32_t use)
     if (v == (use + 1) * (uint32_t)n->p.local_size) wake_all(&ag(n)->arrive[b]);
 }
 
-int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, int *mismatch_rank,
-                                uint64_t *mismatch_bpr)
+int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, const char *op,
+                                int *mismatch_rank, uint64_t *mismatch_bpr)
 {
-    int rc = ag_wait(n, &ag(n)->arrive[b], (use + 1) * (uint32_t)n->p.local_size,
-                     "the leader waited for the host's ranks to join an allgather", -1);
+    char what[96];
+    snprintf(what, sizeof(what), "the leader waited for the host's ranks to join a%s %s", op[0] == 'a' ? "n" : "", op);
+    int rc = ag_wait(n, &ag(n)->arrive[b], (use + 1) * (uint32_t)n->p.local_size, what, -1);
     if (rc) return rc;
     *mismatch_rank = -1;
     for (int k = 0; k < n->p.local_size; k++) {
@@ -697,9 +698,12 @@ void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text)
     wake_all(&a->done[b]);
 }
 
-int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use)
+int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use, const char *op)
 {
-    return ag_wait(n, &ag(n)->done[b], use + 1, "waiting for the leader of this host's ranks to finish an allgather", 0);
+    char what[96];
+    snprintf(what, sizeof(what), "waiting for the leader of this host's ranks to finish a%s %s", op[0] == 'a' ? "n" : "",
+             op);
+    return ag_wait(n, &ag(n)->done[b], use + 1, what, 0);
 }
 
 void oobx__node_ag_leave(oobx__node_t *n, int b, uint32_t use)

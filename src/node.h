@@ -83,17 +83,20 @@ void oobx__node_leave(oobx__node_t *n);
  * wait for it, copy the result out and leave. A failure is sticky: every
  * later call of the host's ranks fails with the leader's text. use: the use
  * of buffer b (0, 1, ...): the communicator's node-aware allgathers so far,
- * halved. A timeout names the host's ranks that have not joined. */
+ * halved. A timeout names the host's ranks that have not joined. The
+ * same steps with no slices (bpr: a signature no allgather has) are the
+ * node-aware barrier; op ("allgather", "barrier") names the call in the
+ * errors of the waits. */
 size_t oobx__node_data_bytes(const oobx__node_t *n);
 unsigned char *oobx__node_data(const oobx__node_t *n, int b);
 int oobx__node_ag_enter(oobx__node_t *n, int b, uint32_t use, uint64_t bpr);
 void oobx__node_ag_arrive(oobx__node_t *n, int b, uint32_t use);
-int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, int *mismatch_rank,
-                                uint64_t *mismatch_bpr);
+int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t bpr, const char *op,
+                                int *mismatch_rank, uint64_t *mismatch_bpr);
 void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text);
 /* The text of the host's allgather failure (the first one's), or NULL. */
 const char *oobx__node_ag_error(const oobx__node_t *n);
-int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use);
+int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use, const char *op);
 void oobx__node_ag_leave(oobx__node_t *n, int b, uint32_t use);
 /* Wakes every waiter of the host's segment (they look at their aborts). */
 void oobx__node_wake(oobx__node_t *n);

@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 #include <time.h>
@@ -117,4 +119,26 @@ int oobx__online_cpus(void)
 int oobx__in_range(const void *p, const void *base, size_t len)
 {
     return p && (const char *)p >= (const char *)base && (const char *)p < (const char *)base + len;
+}
+
+void oobx__prefault_write(void *p, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    if (!p || len < OOBX_PREFAULT_MIN) return;
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0 || (ps & (ps - 1))) return;
+    uintptr_t page = (uintptr_t)ps;
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + len) & ~(page - 1);
+    if (e <= a) return;
+    /* memory in use already (the same buffer again) is left alone: asking
+     * again walks its page tables for nothing, most of a copy's time */
+    unsigned char first = 0, last = 0;
+    if (mincore((void *)a, page, &first) == 0 && mincore((void *)(e - page), page, &last) == 0 && (first & 1) &&
+        (last & 1))
+        return;
+    (void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)len;
+#endif
 }

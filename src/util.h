@@ -17,6 +17,14 @@ uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64
 uint64_t oobx__mix64(uint64_t a, uint64_t b);
 /* 1 when p (not NULL) lies in [base, base + len): memory a failed call gives back (transport.h, release) */
 int oobx__in_range(const void *p, const void *base, size_t len);
+/* Asks the kernel to map the whole pages of [p, p + len) writable now
+ * (MADV_POPULATE_WRITE), when len is at least OOBX_PREFAULT_MIN: one system
+ * call instead of a page fault for every page a large copy then touches.
+ * Skipped when its first and last whole pages are mapped (a buffer used
+ * before). Best effort: a kernel without it, or memory it cannot populate (a device
+ * mapping), leaves the copy to fault as before. */
+#define OOBX_PREFAULT_MIN ((size_t)256 << 10)
+void oobx__prefault_write(void *p, size_t len);
 
 /* A rate limiter for warnings triggered from outside (stray clients). */
 typedef struct oobx_ratelimit {

@@ -1168,7 +1168,8 @@ static int rank_size_mismatch(harness_rank_t *r)
 /* Ranks that disagree on the call itself. p.count 0: the even ranks
  * broadcast from rank 0, the odd ones from rank 1; 1: rank 0 broadcasts
  * where the others allgather (through the host's shared memory on the
- * node-aware path). No rank returns OOBX_SUCCESS with data its own call does
+ * node-aware path); 2: rank 0 waits in a barrier where the others allgather
+ * 8 bytes (both through the host's shared memory on the node-aware path). No rank returns OOBX_SUCCESS with data its own call does
  * not promise (a root may succeed: it only sends), and on every rank the
  * call or one of the barriers after it returns OOBX_ERR_MISMATCH saying
  * that the ranks disagree, well before the timeout. */
@@ -1187,6 +1188,9 @@ static int rank_call_mismatch(harness_rank_t *r)
         if (rc == OOBX_SUCCESS && v != 1000u + (unsigned)root)
             H_FAIL(r, "oobx_bcast from rank %d succeeded with %llu, not rank %d's value", root,
                    (unsigned long long)v, root);
+    } else if (rc == OOBX_SUCCESS && r->rank == 0 && p->count == 2) {
+        rc = oobx_barrier(c);
+        if (rc == OOBX_SUCCESS) H_FAIL(r, "oobx_barrier succeeded although the other ranks called oobx_allgather");
     } else if (rc == OOBX_SUCCESS && r->rank == 0) {
         uint64_t v = 7;
         rc = oobx_bcast(c, 0, &v, sizeof v);
@@ -1195,7 +1199,8 @@ static int rank_call_mismatch(harness_rank_t *r)
         memset(buf, 0, (size_t)r->nranks * 8);
         rc = oobx_allgather(c, buf, 8);
         free(buf);
-        if (rc == OOBX_SUCCESS) H_FAIL(r, "oobx_allgather succeeded although rank 0 called oobx_bcast");
+        if (rc == OOBX_SUCCESS)
+            H_FAIL(r, "oobx_allgather succeeded although rank 0 called %s", p->count == 2 ? "oobx_barrier" : "oobx_bcast");
     }
     /* a rank that saw nothing amiss hears of it from those that did */
     for (int k = 0; rc == OOBX_SUCCESS && k < 50; k++) rc = oobx_barrier(c);
@@ -1209,6 +1214,50 @@ static int rank_call_mismatch(harness_rank_t *r)
     rc = oobx_barrier(c);
     if (rc != OOBX_ERR_MISMATCH) H_FAIL(r, "a barrier after the mismatch returned %s", oobx_error_name(rc));
     sleep_ms(500); /* as in rank_size_mismatch */
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Barriers keep their promise: no rank leaves one before the last has
+ * entered it. The ranks enter in a shuffled order, up to 60 ms apart; the
+ * entry and exit times (one host: one monotonic clock) are compared after.
+ * Node-aware (init found hosts): every barrier goes through the host's
+ * shared memory and the leaders (oobx_debug_coll_counts); otherwise none
+ * does. */
+static int rank_barrier_order(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int n = r->nranks, me = r->rank;
+    oobx_init_timings_t it = OOBX_INIT_TIMINGS_INIT;
+    H_OK(r, oobx_comm_get_init_timings(c, &it));
+    H_OK(r, oobx_barrier(c)); /* init's own links settle */
+    oobx_coll_counts_t was = OOBX_COLL_COUNTS_INIT, now = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &was));
+    const int rounds = 4;
+    double *t = xmalloc(r, (size_t)n * 2 * sizeof(double));
+    for (int k = 0; k < rounds; k++) {
+        sleep_ms((unsigned)(((unsigned)me * 7919u + (unsigned)k * 104729u) % 4u) * 20u);
+        double mine[2];
+        mine[0] = harness_now();
+        H_OK(r, oobx_barrier(c));
+        mine[1] = harness_now();
+        memcpy(t + (size_t)me * 2, mine, sizeof mine);
+        H_OK(r, oobx_allgather(c, t, 2 * sizeof(double)));
+        double last_in = 0;
+        int who = -1;
+        for (int i = 0; i < n; i++)
+            if (t[2 * i] > last_in) last_in = t[2 * i], who = i;
+        for (int i = 0; i < n; i++)
+            if (t[2 * i + 1] < last_in)
+                H_FAIL(r, "barrier %d: rank %d left it %.6f s before rank %d entered", k, i, last_in - t[2 * i + 1], who);
+    }
+    free(t);
+    H_OK(r, oobx_debug_coll_counts(c, &now));
+    unsigned long long nb = now.node_barrier - was.node_barrier;
+    unsigned long long want = it.hosts > 0 && n > 1 ? (unsigned long long)rounds : 0;
+    if (nb != want)
+        H_FAIL(r, "%llu of %d barriers went through the host's shared memory (init found %d hosts); want %llu", nb,
+               rounds, it.hosts, want);
     H_OK(r, oobx_comm_destroy(c));
     return 0;
 }
@@ -1485,6 +1534,11 @@ static void build_cases(conf_suite_t *s)
     c = add_case(s, "bcast_vs_allgather_n5", rank_call_mismatch, 5, 1);
     c->job.call_timeout_ms = 10000;
     c->p.count = 1;
+    c = add_case(s, "barrier_vs_allgather_n5", rank_call_mismatch, 5, 2);
+    c->job.call_timeout_ms = 10000;
+    c->p.count = 2;
+    c = add_case(s, "barrier_order_n7", rank_barrier_order, 7, 2);
+    c = add_case(s, "barrier_order_n16", rank_barrier_order, 16, 3);
     c = add_case(s, "bad_groups_n3", rank_bad_groups, 3, 1);
     c = add_case(s, "init_destroy_cycles_n4", rank_cycles, 4, 1);
     c->p.count = sc == 0 ? 10 : sc == 1 ? 30 : 300;
