@@ -140,9 +140,13 @@ typedef struct sk_tp {
     /* The connection that last brought data: progress() reads it first on
      * three calls of four, before asking epoll (one system call a message
      * instead of two while a rank polls one peer); every fourth call, and
-     * whenever it has nothing, epoll serves all connections. */
+     * whenever it has nothing, epoll serves all connections. The first call
+     * after a sleep asks epoll, as before the hot read: a rank that sleeps
+     * between messages (an oversubscribed host) would pay one more system
+     * call a wake-up. */
     struct sk_conn *hot;
     unsigned hot_turn;
+    int woke;          /* the last progress() took what a sleep found: the next asks epoll */
     uint64_t rx_bytes; /* bytes read from READY connections, ever */
     oobx__cma_self_t cma; /* this rank's single-copy identity (cma.h) */
     size_t cma_min;       /* OOBX_CMA_MIN */
@@ -1235,10 +1239,12 @@ static int sk_progress(oobx_tp_t *tpp)
         int n = t->nslept;
         t->nslept = 0;
         handle_events(t, t->slept, n);
-    } else if (t->hot && t->hot->state == SC_READY && (++t->hot_turn & 3) && hot_read(t)) {
+        t->woke = 1;
+    } else if (!t->woke && t->hot && t->hot->state == SC_READY && (++t->hot_turn & 3) && hot_read(t)) {
         /* the hot connection had data: epoll's turn comes at the next call */
     } else {
         struct epoll_event evs[64];
+        t->woke = 0;
         for (;;) {
             int n = epoll_wait(t->epfd, evs, 64, 0);
             if (n < 0 && errno == EINTR) continue;
