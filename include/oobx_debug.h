@@ -45,6 +45,7 @@ typedef struct oobx_coll_counts {
     unsigned long long direct_fallbacks; /* allgathers that tried to and took the ring (a rank could not read a peer) */
     unsigned long long node;             /* allgathers through the host's shared buffer (node-aware path) */
     unsigned long long node_barrier;     /* barriers through it and the hosts' leaders (node-aware path) */
+    unsigned long long direct_skipped;   /* allgathers that took the ring at once: their group fell back lately */
 } oobx_coll_counts_t;
 #define OOBX_COLL_COUNTS_INIT {.struct_size = sizeof(oobx_coll_counts_t)}
 OOBX_API int oobx_debug_coll_counts(oobx_comm_t comm, oobx_coll_counts_t *counts);

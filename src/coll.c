@@ -517,7 +517,13 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
         }
         if (scope != scope0) same = 0;
     }
-    if (!same) goto out; /* another host, pid namespace, or a rank that offers nothing: the ring */
+    if (!same) {
+        /* another host, pid namespace, or a rank that offers nothing: the
+         * ring, and for the group's next calls at once (the same records
+         * on every member) */
+        if (g->direct_skip) *g->direct_skip = OOBX_DIRECT_RETRY_AFTER;
+        goto out;
+    }
     uint32_t status = 0;
     for (int s = 1; s < n && !status; s++) {
         int q = (me + s) % n; /* each rank starts at another peer */
@@ -541,6 +547,8 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
         ep->direct.calls++;
     } else {
         ep->direct.fallbacks++;
+        /* every member saw the same answers: all skip the same calls */
+        if (g->direct_skip) *g->direct_skip = OOBX_DIRECT_RETRY_AFTER;
         OOBX_DEBUG(c->log, "rank %d: allgather (direct): group rank %d could not read the slice of group rank %u; the ring instead",
                    c->rank, bad, oobx__get_u32(st + 4 * (size_t)bad) - 1);
     }
@@ -557,6 +565,13 @@ int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *
                  (!strcmp(algo, "direct") || (!strcmp(algo, "auto") && c->settings->direct_min &&
                                               bpr >= c->settings->direct_min));
     if (!direct) return algo_allgather(c, g, buf, bpr, algo);
+    if (g->direct_skip && *g->direct_skip > 0) {
+        /* the group's last try fell back: the ring at once, without the
+         * two small exchanges of a try that would fall back again */
+        (*g->direct_skip)--;
+        c->ep->direct.skipped++;
+        return algo_allgather(c, g, buf, bpr, "auto");
+    }
     coll_group_t s = with_op(c, g, COLL_OP_ALLGATHER_DIRECT, 0);
     int done = 0;
     int rc = direct_allgather(c, &s, buf, bpr, &done);

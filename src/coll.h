@@ -19,7 +19,16 @@ typedef struct coll_group {
     uint32_t seq;
     unsigned op;        /* COLL_OP_*, set by the call (0 before) */
     int root;           /* the broadcast's root (group rank), 0 otherwise */
+    /* the group's calls left that skip the direct allgather after one fell
+     * back (the same count on every member: only the group's own calls
+     * change it), or NULL */
+    uint32_t *direct_skip;
 } coll_group_t;
+
+/* After a direct allgather fell back to the ring, the group's next this
+ * many direct-eligible allgathers take the ring at once; the one after
+ * tries again. */
+#define OOBX_DIRECT_RETRY_AFTER 63
 
 /* the COLL_OP_* of a call, and collective tags: ep.h */
 

@@ -153,7 +153,8 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
 
 static coll_group_t whole(struct oobx_comm *c)
 {
-    coll_group_t g = {.n = c->v.nranks, .me = c->v.rank, .members = NULL, .gid = 0, .seq = c->coll_seq++};
+    coll_group_t g = {.n = c->v.nranks, .me = c->v.rank, .members = NULL, .gid = 0, .seq = c->coll_seq++,
+                      .direct_skip = &c->direct_skip};
     return g;
 }
 
@@ -1205,6 +1206,7 @@ int oobx_debug_coll_counts(oobx_comm_t c, oobx_coll_counts_t *t)
     all.direct_fallbacks = c->v.ep->direct.fallbacks;
     all.node = c->v.ep->direct.node;
     all.node_barrier = c->v.ep->direct.node_barrier;
+    all.direct_skipped = c->v.ep->direct.skipped;
     pthread_mutex_unlock(&c->v.ep->lock);
     return sized_out("oobx_debug_coll_counts", t, t->struct_size, &all, sizeof(all),
                      offsetof(oobx_coll_counts_t, direct) + sizeof(all.direct));
@@ -1224,10 +1226,16 @@ int oobx_debug_count_fds(void)
 
 /* ---- collectives ---- */
 
-static uint32_t group_seq(struct oobx_comm *c, uint64_t gid)
+/* The group's next call number, and its direct-allgather skip count (NULL:
+ * out of memory, no skipping). */
+static uint32_t group_seq(struct oobx_comm *c, uint64_t gid, uint32_t **skip)
 {
+    *skip = NULL;
     for (int i = 0; i < c->ngseq; i++)
-        if (c->gseq[i].gid == gid) return c->gseq[i].seq++;
+        if (c->gseq[i].gid == gid) {
+            *skip = &c->gseq[i].direct_skip;
+            return c->gseq[i].seq++;
+        }
     if (c->ngseq == c->capgseq) {
         int cap = c->capgseq ? c->capgseq * 2 : 8;
         void *n = realloc(c->gseq, (size_t)cap * sizeof(*c->gseq));
@@ -1237,6 +1245,8 @@ static uint32_t group_seq(struct oobx_comm *c, uint64_t gid)
     }
     c->gseq[c->ngseq].gid = gid;
     c->gseq[c->ngseq].seq = 1;
+    c->gseq[c->ngseq].direct_skip = 0;
+    *skip = &c->gseq[c->ngseq].direct_skip;
     c->ngseq++;
     return 0;
 }
@@ -1272,7 +1282,9 @@ static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int
     /* as wide as a collective tag holds it (ep.h); 0 is the whole communicator */
     uint64_t gid = oobx__hash64(ranks, (size_t)n * sizeof(int), 0x67727570ull) & 0x3fffffull;
     if (gid == 0 || gid == OOBX_COLL_GID_LEADERS) gid = 1;
-    *g = (coll_group_t){.n = n, .me = me, .members = ranks, .gid = gid, .seq = group_seq(c, gid)};
+    uint32_t *skip;
+    uint32_t seq = group_seq(c, gid, &skip);
+    *g = (coll_group_t){.n = n, .me = me, .members = ranks, .gid = gid, .seq = seq, .direct_skip = skip};
     return 0;
 }
 

@@ -153,6 +153,7 @@ typedef struct oobx_ep {
         uint64_t calls, fallbacks; /* calls that pulled every slice; that tried and took the ring instead */
         uint64_t node;             /* allgathers through the host's shared buffer (comm.c) */
         uint64_t node_barrier;     /* barriers the same way */
+        uint64_t skipped;          /* calls that took the ring at once after their group's fallback (coll.h) */
     } direct;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;
