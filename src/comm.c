@@ -717,11 +717,19 @@ static int slice_complete(void *arg)
     return t->nhave >= t->want;
 }
 
+/* 1 when this communicator's collectives may go through its host's
+ * segment: a node-aware init kept it, and the view is the whole job, not a
+ * split child's rank map. */
+static int node_path(const struct oobx_comm *c)
+{
+    return c->node.seg && !c->v.ep_rank;
+}
+
 /* 1 when an allgather of bpr bytes per rank may take the node path: the
  * same answer on every rank (it depends on the job and the settings only). */
 static int node_allgather_fits(const struct oobx_comm *c, size_t bpr)
 {
-    return c->node.seg && !c->v.ep_rank && bpr > 0 && (size_t)c->v.nranks <= SIZE_MAX / bpr &&
+    return node_path(c) && bpr > 0 && (size_t)c->v.nranks <= SIZE_MAX / bpr &&
            (size_t)c->v.nranks * bpr <= oobx__node_data_bytes(c->node.seg);
 }
 
@@ -778,7 +786,7 @@ static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barri
 {
     int rank = c->v.rank, nranks = c->v.nranks, L = c->node.local_size;
     unsigned op = barrier ? COLL_OP_NODE_BARRIER : COLL_OP_NODE_ALLGATHER;
-    const char *opname = barrier ? "barrier" : "allgather";
+    const char *fn = barrier ? "oobx_barrier" : "oobx_allgather", *opname = barrier ? "a barrier" : "an allgather";
     uint64_t sig = barrier ? NODE_BARRIER_SIG : bpr;
     if (barrier) bpr = 0;
     oobx__node_t *seg = c->node.seg;
@@ -813,7 +821,7 @@ static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barri
             node_sig_name(sig, mine, sizeof(mine));
             rc = oobx__fail(&c->log, OOBX_ERR_MISMATCH,
                             "%s: rank %d calls %s, rank %d (the leader of its host) %s: the ranks disagree on the call",
-                            barrier ? "oobx_barrier" : "oobx_allgather", mr, theirs, rank, mine);
+                            fn, mr, theirs, rank, mine);
             /* the other hosts' leaders wait for this host's slices: they hear it too */
             node_fail(c, mr, OOBX_ERR_MISMATCH, oobx_last_error());
         }
@@ -1316,7 +1324,7 @@ int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
 
 int oobx_barrier(oobx_comm_t c)
 {
-    if (c && c->node.seg && !c->v.ep_rank && c->timings.hosts <= NODE_BARRIER_MAX_HOSTS) {
+    if (c && node_path(c) && c->timings.hosts <= NODE_BARRIER_MAX_HOSTS) {
         /* no connection beyond those init made: the host's shared memory,
          * then the leaders' ring (the same answer on every rank) */
         int rc = oobx__comm_check(c, "oobx_barrier");

@@ -663,7 +663,7 @@ int oobx__node_ag_wait_arrivals(oobx__node_t *n, int b, uint32_t use, uint64_t b
                                 int *mismatch_rank, uint64_t *mismatch_bpr)
 {
     char what[96];
-    snprintf(what, sizeof(what), "the leader waited for the host's ranks to join a%s %s", op[0] == 'a' ? "n" : "", op);
+    snprintf(what, sizeof(what), "the leader waited for the host's ranks to join %s", op);
     int rc = ag_wait(n, &ag(n)->arrive[b], (use + 1) * (uint32_t)n->p.local_size, what, -1);
     if (rc) return rc;
     *mismatch_rank = -1;
@@ -701,8 +701,7 @@ void oobx__node_ag_done(oobx__node_t *n, int b, int status, const char *text)
 int oobx__node_ag_wait_done(oobx__node_t *n, int b, uint32_t use, const char *op)
 {
     char what[96];
-    snprintf(what, sizeof(what), "waiting for the leader of this host's ranks to finish a%s %s", op[0] == 'a' ? "n" : "",
-             op);
+    snprintf(what, sizeof(what), "waiting for the leader of this host's ranks to finish %s", op);
     return ag_wait(n, &ag(n)->done[b], use + 1, what, 0);
 }
 

@@ -85,8 +85,8 @@ void oobx__node_leave(oobx__node_t *n);
  * of buffer b (0, 1, ...): the communicator's node-aware allgathers so far,
  * halved. A timeout names the host's ranks that have not joined. The
  * same steps with no slices (bpr: a signature no allgather has) are the
- * node-aware barrier; op ("allgather", "barrier") names the call in the
- * errors of the waits. */
+ * node-aware barrier; op ("an allgather", "a barrier") names the call in
+ * the errors of the waits. */
 size_t oobx__node_data_bytes(const oobx__node_t *n);
 unsigned char *oobx__node_data(const oobx__node_t *n, int b);
 int oobx__node_ag_enter(oobx__node_t *n, int b, uint32_t use, uint64_t bpr);

@@ -1177,8 +1177,9 @@ static int rank_size_mismatch(harness_rank_t *r)
  * broadcast from rank 0, the odd ones from rank 1; 1: rank 0 broadcasts
  * where the others allgather (through the host's shared memory on the
  * node-aware path); 2: rank 0 waits in a barrier where the others allgather
- * 8 bytes (both through the host's shared memory on the node-aware path). No rank returns OOBX_SUCCESS with data its own call does
- * not promise (a root may succeed: it only sends), and on every rank the
+ * 8 bytes (both through the host's shared memory on the node-aware path).
+ * No rank returns OOBX_SUCCESS with data its own call does not promise (a
+ * root may succeed: it only sends), and on every rank the
  * call or one of the barriers after it returns OOBX_ERR_MISMATCH saying
  * that the ranks disagree, well before the timeout. */
 static int rank_call_mismatch(harness_rank_t *r)
