@@ -884,6 +884,8 @@ void oobx__ep_release(oobx_ep_t *ep)
     free(ep->used);
     free(ep->ux_bytes);
     free(ep->direct.peers);
+    free(ep->spare_rreq);
+    free(ep->spare_sreq);
     if (ep->wake_fd >= 0) close(ep->wake_fd);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
@@ -1385,7 +1387,9 @@ static void spin_adapt(oobx_ep_t *ep, uint64_t ns)
     if (ep->spin_us >= 0 || !ep->spin_ns) return;
     ep->waits_ns[ep->nwaits++ % OOBX_EP_WAITS] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
     unsigned n = ep->nwaits < OOBX_EP_WAITS ? ep->nwaits : OOBX_EP_WAITS;
-    if (n < 4) return;
+    /* the window is chosen again every OOBX_SPIN_ADAPT_EVERY waits: the
+     * sort would otherwise be the dearest step of a short wait */
+    if (n < 4 || ep->nwaits % OOBX_SPIN_ADAPT_EVERY) return;
     uint32_t sorted[OOBX_EP_WAITS];
     unsigned m = 0; /* the short waits, sorted */
     for (unsigned i = 0; i < n; i++) {
@@ -1419,6 +1423,8 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             if (waited) spin_adapt(ep, oobx__now_ns() - t0);
             return 0;
         }
+        /* the first pass reads no clock again: t0 is now */
+        uint64_t now = waited ? oobx__now_ns() : t0;
         waited = 1;
         int rc = cancel_check(v);
         if (rc) return rc;
@@ -1432,7 +1438,7 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             deadline_ns = oobx__deadline(probe_window_ms(v));
             if (deadline_ns > probe.deadline_ns) deadline_ns = probe.deadline_ns;
         }
-        int passed = deadline_ns != UINT64_MAX && oobx__now_ns() >= deadline_ns;
+        int passed = deadline_ns != UINT64_MAX && now >= deadline_ns;
         /* a window ends when all have answered, or at its deadline */
         int asking = probe.phase == PROBE_EARLY || probe.phase == PROBE_ASKED;
         int window_over = asking && (passed || probe_all_answered(ep, &probe));
@@ -1482,19 +1488,26 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000ull;
             ts.tv_sec += (time_t)(ns / 1000000000ull);
             ts.tv_nsec = (long)(ns % 1000000000ull);
+            ep->nsleepers++;
             pthread_cond_timedwait(&ep->cond, &ep->lock, &ts);
+            ep->nsleepers--;
             continue;
         }
         ep->poller = 1;
         uint64_t spin = ep->spin_us > 0 ? (uint64_t)ep->spin_us * 1000ull : ep->spin_us < 0 ? ep->spin_ns : 0;
         if (spin > 0) {
-            uint64_t until = oobx__now_ns() + spin;
-            do {
+            /* the clock, and the lock for other threads, every
+             * OOBX_SPIN_CHECK_EVERY passes: a pass of an idle transport
+             * costs less than a clock read */
+            uint64_t until = now + spin;
+            for (unsigned pass = 1;; pass++) {
                 ep->ops->progress(tp);
                 if (done(arg)) break;
+                if (pass % OOBX_SPIN_CHECK_EVERY) continue;
                 pthread_mutex_unlock(&ep->lock);
                 pthread_mutex_lock(&ep->lock);
-            } while (oobx__now_ns() < until);
+                if (oobx__now_ns() >= until) break;
+            }
         }
         if (!done(arg) && !cancel_check(v)) {
             /* No progress() first: the sleep returns at once when something is
@@ -1518,6 +1531,6 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
         }
         oobx__ep_spread(ep);
         ep->poller = 0;
-        pthread_cond_broadcast(&ep->cond);
+        if (ep->nsleepers) pthread_cond_broadcast(&ep->cond);
     }
 }

@@ -13,6 +13,8 @@
 #define OOBX_EP_WAITS 16            /* waits remembered for the adaptive spin window */
 #define OOBX_SPIN_AUTO_MAX_NS 50000 /* the adaptive window's bound */
 #define OOBX_SPIN_AUTO_MIN_NS 2000  /* and its floor while polling is on: a short look before sleeping */
+#define OOBX_SPIN_ADAPT_EVERY 4     /* waits between two choices of the window */
+#define OOBX_SPIN_CHECK_EVERY 8     /* polling passes between two clock reads (and lock hand-overs) */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -141,6 +143,11 @@ typedef struct oobx_ep {
     uint32_t spin_ns;   /* the adaptive window: 0 until the cards say no host is oversubscribed */
     uint32_t waits_ns[OOBX_EP_WAITS]; /* the last waits' lengths, for the adaptive window */
     unsigned nwaits;
+    int nsleepers; /* threads in pthread_cond_timedwait on cond, for whom the poller broadcasts */
+    /* one finished request of each kind kept for the next blocking call
+     * (oobx_send, oobx_recv): no malloc on the small-message path */
+    oobx_rreq_t *spare_rreq;
+    oobx_sreq_t *spare_sreq;
     /* some host runs more ranks than it has CPUs: the same on every rank, so
      * collectives may choose by it (fewer messages beat fewer rounds then) */
     int oversubscribed;

@@ -30,9 +30,13 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
         return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: peer %d is not in 0..%d", c->v.rank, peer,
                          c->v.nranks - 1);
     if (!buf && bytes) return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_send: rank %d: buf is NULL", c->v.rank);
-    oobx_sreq_t *s = malloc(sizeof(*s));
-    if (!s) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&c->v.ep->lock);
+    oobx_sreq_t *s = c->v.ep->spare_sreq;
+    c->v.ep->spare_sreq = NULL;
+    if (!s && !(s = malloc(sizeof(*s)))) {
+        pthread_mutex_unlock(&c->v.ep->lock);
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    }
     rc = oobx__ep_isend(&c->v, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, bytes, s);
     if (rc == 0 && !s->tp.done) {
         one_req_t o = {NULL, s};
@@ -56,6 +60,10 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
         rc = oobx__fail(&c->log, s->tp.status, "oobx_send from rank %d to %s: %s", c->v.rank, who,
                        why ? why : oobx_strerror(s->tp.status));
     }
+    if (s && !c->v.ep->spare_sreq) {
+        c->v.ep->spare_sreq = s;
+        s = NULL;
+    }
     pthread_mutex_unlock(&c->v.ep->lock);
     free(s);
     return rc;
@@ -69,10 +77,14 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
         return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: peer %d is not in 0..%d", c->v.rank, peer,
                          c->v.nranks - 1);
     if (!buf && capacity) return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_recv: rank %d: buf is NULL", c->v.rank);
-    oobx_rreq_t *r = malloc(sizeof(*r));
-    if (!r) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
     char who[160];
     pthread_mutex_lock(&c->v.ep->lock);
+    oobx_rreq_t *r = c->v.ep->spare_rreq;
+    c->v.ep->spare_rreq = NULL;
+    if (!r && !(r = malloc(sizeof(*r)))) {
+        pthread_mutex_unlock(&c->v.ep->lock);
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "out of memory");
+    }
     rc = oobx__ep_irecv(&c->v, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, capacity, r);
     if (rc == 0) {
         uint64_t t0 = 0;
@@ -107,6 +119,10 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
         } else if (received) {
             *received = r->received;
         }
+    }
+    if (r && !c->v.ep->spare_rreq) {
+        c->v.ep->spare_rreq = r;
+        r = NULL;
     }
     pthread_mutex_unlock(&c->v.ep->lock);
     free(r);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 uint64_t oobx__now_ns(void);                     /* CLOCK_MONOTONIC */
+uint64_t oobx__now_coarse_ns(void);              /* CLOCK_MONOTONIC_COARSE: a tick's resolution, a fraction of the cost */
 int oobx__online_cpus(void);                      /* CPUs online, 1..65535 (a card holds a u16) */
 /* deadline_ns for a timeout in ms from now; UINT64_MAX for timeout_ms < 0 */
 uint64_t oobx__deadline(int timeout_ms);

@@ -345,7 +345,9 @@ static void ucx_board_close(ucx_tp_t *tp)
 /* Peers on this host: a pid that is gone is a dead peer. */
 static void ucx_watch_pids(ucx_tp_t *tp)
 {
-    uint64_t now = oobx__now_ns();
+    /* called on every progress, also while polling: the coarse clock
+     * (a tick's resolution against a period of UCX_WATCH_MS) */
+    uint64_t now = oobx__now_coarse_ns();
     if (now < tp->next_watch_ns) return;
     tp->next_watch_ns = now + (uint64_t)UCX_WATCH_MS * 1000000u;
     for (int i = 0; i < tp->nranks; i++) {
