@@ -153,6 +153,9 @@ if [ "$mode" != long ]; then
             suite contract-ucx-shm "$contract_deadline" OOBX_TEST_TP=ucx UCX_TLS=posix,self -- "$contract"
             # the receiver's pulls (off by default): their tickets after a failed call
             suite contract-ucx-pull "$contract_deadline" OOBX_TEST_TP=ucx OOBX_UCX_PULL=1 "OOBX_TEST_FILTER=test_release*" -- "$contract"
+            # small messages by rendezvous: the posted receives complete out of
+            # order, the records begin in the senders' order all the same
+            suite contract-ucx-rndv "$contract_deadline" OOBX_TEST_TP=ucx UCX_TLS=posix,self UCX_RNDV_THRESH=256 -- "$contract"
         fi
         # on the emulated device only: the cases run every rank on this host
         if [ "$verbs_name" = verbs-emu ]; then

@@ -17,8 +17,9 @@
  *     bits 31-0   per-sender sequence number
  *
  * The core does the matching (context, user tag, source); the transport only
- * moves messages in order. Every message but DATA is taken with
- * ucp_tag_probe_nb(mask = DATA bit), in arrival order. A message of up to
+ * moves messages in order. Every message but DATA lands in one of
+ * UCX_PREPOST receives kept posted (mask = DATA bit; ucx_prepost_*), or,
+ * when they are all taken, is found by ucp_tag_probe_nb. A message of up to
  * UCX_EAGER_MAX payload bytes is one EAGER message (header + payload, copied
  * into one buffer when small, else an iov); a larger one is a HDR message and
  * then a DATA message that is received by ucp_tag_recv_nbx straight into the
@@ -35,8 +36,10 @@
  * src/ringbuf.c, shared with verbs/.
  *
  * Delivery order: records of every incoming message are kept per sender in
- * arrival order; msg_begin is called in that order as soon as the header is
- * in, and msg_end in that order once the payload is in place.
+ * the order of the tag's sequence number (a posted receive of a rendezvous
+ * message completes after later ones); msg_begin is called in that order,
+ * for the next number only, as soon as the header is in, and msg_end in
+ * that order once the payload is in place.
  *
  * Waiting: wait_prepare() arms the worker (ucp_worker_arm) and hands out
  * ucp_worker_get_efd(); it caps the sleep so that failure checks run while
@@ -361,6 +364,7 @@ static void ucx_watch_pids(ucx_tp_t *tp)
              * is not taken for a failed one */
             for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
             }
+            ucx_prepost_collect(tp);
             ucx_probe(tp);
             ucx_drain_dirty(tp);
             if (p->fail.failed) continue;
@@ -450,6 +454,7 @@ static int ucx_progress(oobx_tp_t *base)
      * says busy) and the core calls progress() again */
     for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
     }
+    ucx_prepost_collect(tp);
     ucx_probe(tp);
     if (tp->fatal) return tp->fatal;
     unsigned ctrl_sent = tp->ctrl_sent;
@@ -468,7 +473,7 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
 {
     ucx_tp_t *tp = (ucx_tp_t *)base;
     *nfds = 0;
-    if (tp->fatal || tp->ndirty || tp->fail_pending) return 1;
+    if (tp->fatal || tp->ndirty || tp->fail_pending || tp->pp_done_head) return 1;
     if (max < 1) return 1;
     ucs_status_t st = ucp_worker_arm(tp->worker);
     if (st == UCS_ERR_BUSY) return 1;
@@ -682,6 +687,8 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
                        tp->my_addr_len, OOBX_ADDR_MAX - (int)sizeof(ucx_blob_hdr_t));
         goto out_destroy;
     }
+    rc = ucx_prepost_start(tp);
+    if (rc) goto out_destroy;
     OOBX_DEBUG(p->log, "ucx: worker ready, address of %zu bytes, ring %s", tp->my_addr_len,
                ucx_ring_mode_name(mode));
     tp->creating = 0;
@@ -742,6 +749,7 @@ static void ucx_destroy(oobx_tp_t *base)
         uint64_t deadline = oobx__deadline(200);
         while (tp->rtx.q_head && oobx__now_ns() < deadline) {
             ucp_worker_progress(tp->worker);
+            ucx_prepost_collect(tp);
             ucx_probe(tp);
             ucx_drain_dirty(tp);
         }
@@ -794,6 +802,7 @@ static void ucx_destroy(oobx_tp_t *base)
         /* receives cancelled above whose callbacks came: their requests go
          * back to UCX before the worker does */
         ucx_orphans_sweep(tp);
+        ucx_prepost_stop(tp);
         ucx_discard_unexpected(tp);
     }
     if (tp->rtx.rkey) ucp_rkey_destroy(tp->rtx.rkey);
@@ -805,6 +814,7 @@ static void ucx_destroy(oobx_tp_t *base)
     if (tp->sleep_fd >= 0) close(tp->sleep_fd);
     ucx_board_close(tp);
     if (tp->worker) ucp_worker_destroy(tp->worker);
+    for (int i = 0; i < UCX_PREPOST; i++) free(tp->pp[i].buf);
     if (tp->ctx) ucp_cleanup(tp->ctx);
     /* what UCX never completed: the worker is gone, so are its requests */
     while (tp->live) {

@@ -21,6 +21,8 @@
 #include "util.h"
 
 #define UCX_INLINE_MAX 256u        /* header + payload copied into the send record */
+#define UCX_PREPOST 4              /* receives kept posted for the next small messages */
+#define UCX_SEQ_WINDOW 65536u      /* how far ahead of the next expected a sequence number may be */
 #define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
 #define UCX_KEEPALIVE_DEFAULT "500ms"
 #define UCX_QUIESCE_MS 50          /* progress before closing, at destroy */
@@ -76,6 +78,20 @@ typedef struct ucx_rrec {
     unsigned char small[UCX_INLINE_MAX]; /* buf of a small message */
 } ucx_rrec_t;
 
+/* A receive kept posted for any message but a payload (tag type bits
+ * free, DATA bit clear): a small message lands in its buffer as UCX takes
+ * it in, where one that waits in UCX's unexpected queue costs a probe, a
+ * second receive and a copy more. UCX_PREPOST of them per transport. */
+typedef struct ucx_prepost {
+    ucx_tp_t *tp;
+    void *ureq;              /* the posted receive, NULL when none */
+    int done;                /* on the done list */
+    ucs_status_t status;
+    ucp_tag_recv_info_t info; /* the sender's tag and the length */
+    struct ucx_prepost *next_done;
+    unsigned char *buf;      /* UCX_MSG_MAX bytes */
+} ucx_prepost_t;
+
 typedef struct ucx_peer {
     ucx_tp_t *tp;
     int rank;
@@ -87,6 +103,7 @@ typedef struct ucx_peer {
     int watch_pid;          /* no UCX error handling on this endpoint: watch the peer's pid */
     oobx__peer_fail_t fail; /* the link is gone, and why */
     uint32_t tx_seq;        /* tag sequence numbers, this rank -> peer */
+    uint32_t rx_seq;        /* the next one this rank begins from the peer: records begin in this order */
     ucx_rrec_t *rx_head, *rx_tail;
     int dirty;              /* on the dirty list */
     oobx__cma_peer_t cma;   /* its single-copy identity: large payloads are pulled from it */
@@ -167,6 +184,9 @@ struct ucx_tp {
     size_t cma_min;         /* OOBX_CMA_MIN */
     unsigned ctrl_sent;     /* control messages sent so far (ucx_send_ctrl) */
     int nwatch;             /* peers with watch_pid */
+    ucx_prepost_t pp[UCX_PREPOST]; /* receives kept posted (pp_on) */
+    int pp_on;
+    ucx_prepost_t *pp_done_head, *pp_done_tail; /* completed, in completion order */
     uint64_t next_watch_ns; /* next look at their pids */
 };
 
@@ -224,6 +244,12 @@ void ucx_rrec_free(ucx_rrec_t *r);
 void ucx_protocol_error(ucx_tp_t *tp, int peer, const char *what);
 void ucx_peer_drain(ucx_tp_t *tp, int peer);
 void ucx_probe(ucx_tp_t *tp);
+/* The kept receives: posted at create (0, or why not), their completions
+ * taken in (in the order UCX completed them) and posted again, cancelled
+ * at destroy. */
+int ucx_prepost_start(ucx_tp_t *tp);
+void ucx_prepost_collect(ucx_tp_t *tp);
+void ucx_prepost_stop(ucx_tp_t *tp);
 void ucx_pull_drop(ucx_tp_t *tp, int peer);
 
 #pragma GCC visibility pop

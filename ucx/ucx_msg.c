@@ -514,7 +514,12 @@ void ucx_peer_drain(ucx_tp_t *tp, int peer)
     ucx_peer_t *p = &tp->peers[peer];
     for (ucx_rrec_t *r = p->rx_head; r && !p->fail.failed; r = r->next) {
         if (!r->arrived) break;
-        if (!r->begun) ucx_rrec_begin(tp, r);
+        if (r->begun) continue;
+        /* a kept receive completes when its message is whole: an earlier
+         * one of this sender may still be coming (UCX's rendezvous) */
+        if (ucx_tag_seq(r->tag) != p->rx_seq) break;
+        p->rx_seq++;
+        ucx_rrec_begin(tp, r);
     }
     while (!p->fail.failed && p->rx_head && p->rx_head->begun && p->rx_head->complete) {
         ucx_rrec_t *r = p->rx_head;
@@ -530,6 +535,71 @@ void ucx_peer_drain(ucx_tp_t *tp, int peer)
     }
 }
 
+/* Watches the sender of a message for failures too: its pid on this host,
+ * else an endpoint with UCX's error handling. */
+static void ucx_rrec_watch(ucx_tp_t *tp, int peer)
+{
+    ucx_peer_t *p = &tp->peers[peer];
+    ucx_mark_dirty(tp, peer);
+    if (!p->ep && !p->fail.failed && !p->watch_pid) {
+        if (ucx_peer_known(tp, peer) && strcmp(p->host, tp->host) == 0)
+            ucx_peer_watch(tp, peer);
+        else
+            ucx_peer_ep(tp, peer);
+    }
+}
+
+/* Where a record falls in its sender's order: records begun lie just below
+ * 2^31, those to come from 2^31 on. */
+static uint32_t ucx_seq_key(const ucx_peer_t *p, uint64_t tag)
+{
+    return ucx_tag_seq(tag) - p->rx_seq + 0x80000000u;
+}
+
+/* A sequence number a sender may use next: from the next expected on,
+ * within UCX_SEQ_WINDOW. */
+static int ucx_seq_ok(const ucx_peer_t *p, uint64_t tag)
+{
+    uint32_t key = ucx_seq_key(p, tag);
+    return key >= 0x80000000u && key - 0x80000000u < UCX_SEQ_WINDOW;
+}
+
+/* Puts record r in its sender's list in sequence order (nearly always at
+ * the end); a number outside the window breaks the protocol (1, r freed). */
+static int ucx_rrec_enqueue(ucx_tp_t *tp, ucx_rrec_t *r)
+{
+    ucx_peer_t *p = &tp->peers[r->peer];
+    uint32_t key = ucx_seq_key(p, r->tag);
+    if (!ucx_seq_ok(p, r->tag)) {
+        char why[160];
+        snprintf(why, sizeof(why), "message number %u where %u was next", ucx_tag_seq(r->tag), p->rx_seq);
+        ucx_rrec_free(r);
+        ucx_protocol_error(tp, (int)(p - tp->peers), why);
+        return 1;
+    }
+    r->next = NULL;
+    if (!p->rx_tail || ucx_seq_key(p, p->rx_tail->tag) < key) {
+        if (p->rx_tail)
+            p->rx_tail->next = r;
+        else
+            p->rx_head = r;
+        p->rx_tail = r;
+        return 0;
+    }
+    ucx_rrec_t **at = &p->rx_head;
+    while (*at && ucx_seq_key(p, (*at)->tag) < key) at = &(*at)->next;
+    if (*at && ucx_seq_key(p, (*at)->tag) == key) {
+        char why[160];
+        snprintf(why, sizeof(why), "message number %u twice", ucx_tag_seq(r->tag));
+        ucx_rrec_free(r);
+        ucx_protocol_error(tp, (int)(p - tp->peers), why);
+        return 1;
+    }
+    r->next = *at;
+    *at = r;
+    return 0;
+}
+
 /* Takes every non-DATA message UCX holds, in arrival order. */
 void ucx_probe(ucx_tp_t *tp)
 {
@@ -541,6 +611,8 @@ void ucx_probe(ucx_tp_t *tp)
         ucx_tag_info_t ti;
         char why[160];
         int bad = ucx_tag_check(info.sender_tag, info.length, tp->rank, tp->nranks, &ti, why, sizeof(why)) != 0;
+        int out_of_order = !bad && !ucx_seq_ok(&tp->peers[peer], info.sender_tag);
+        bad |= out_of_order;
         ucx_rrec_t *r = ucx_rrec_new(tp);
         void *buf = !r ? NULL : info.length <= sizeof(r->small) ? r->small : malloc(info.length);
         if (!r || !buf) {
@@ -561,7 +633,7 @@ void ucx_probe(ucx_tp_t *tp)
         };
         if (bad) {
             /* take it off the queue and drop it; a bogus sender rank cannot be blamed */
-            if (oobx__ratelimit_ok(&tp->rl))
+            if (!out_of_order && oobx__ratelimit_ok(&tp->rl))
                 OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes: %s",
                           info.sender_tag, info.length, why);
             prm.op_attr_mask = 0;
@@ -569,14 +641,10 @@ void ucx_probe(ucx_tp_t *tp)
             ucx_wait_req(tp, ptr, 100);
             if (buf != r->small) free(buf);
             free(r);
+            if (out_of_order) ucx_protocol_error(tp, peer, "a message number outside its window");
             continue;
         }
-        ucx_peer_t *p = &tp->peers[peer];
-        if (p->rx_tail)
-            p->rx_tail->next = r;
-        else
-            p->rx_head = r;
-        p->rx_tail = r;
+        ucx_rrec_enqueue(tp, r);
         ucs_status_ptr_t ptr = ucp_tag_msg_recv_nbx(tp->worker, buf, info.length, msg, &prm);
         if (ptr == NULL) {
             r->arrived = 1;
@@ -587,16 +655,140 @@ void ucx_probe(ucx_tp_t *tp)
             r->ureq = ptr;
             if (ucp_request_check_status(ptr) != UCS_INPROGRESS) r->arrived = 1;
         }
-        ucx_mark_dirty(tp, peer);
-        /* watch the sender for failures too: its pid on this host, else an
-         * endpoint with UCX's error handling */
-        if (!p->ep && !p->fail.failed && !p->watch_pid) {
-            if (ucx_peer_known(tp, peer) && strcmp(p->host, tp->host) == 0)
-                ucx_peer_watch(tp, peer);
-            else
-                ucx_peer_ep(tp, peer);
+        ucx_rrec_watch(tp, peer);
+    }
+}
+
+/* ---- kept receives ---------------------------------------------------------------- */
+
+static void ucx_prepost_done(ucx_tp_t *tp, ucx_prepost_t *pp)
+{
+    pp->done = 1;
+    pp->next_done = NULL;
+    if (tp->pp_done_tail)
+        tp->pp_done_tail->next_done = pp;
+    else
+        tp->pp_done_head = pp;
+    tp->pp_done_tail = pp;
+}
+
+static void ucx_prepost_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user_data)
+{
+    ucx_prepost_t *pp = user_data;
+    pp->status = status;
+    if (info) pp->info = *info;
+    ucp_request_free(request);
+    pp->ureq = NULL;
+    ucx_prepost_done(pp->tp, pp);
+}
+
+/* Posts pp. A message already waiting completes it inside the call: UCX
+ * runs the callback there (no immediate completion: UCX 1.13 leaves the
+ * tag information of one unfilled). */
+static int ucx_prepost_post(ucx_tp_t *tp, ucx_prepost_t *pp)
+{
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = ucx_prepost_cb,
+        .user_data = pp,
+    };
+    pp->ureq = NULL;
+    pp->done = 0;
+    pp->info.sender_tag = UCX_TAG_DATA; /* no sender, unless UCX says which */
+    pp->info.length = 0;
+    ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, pp->buf, ucx_msg_max(), 0, UCX_TAG_DATA, &prm);
+    if (UCS_PTR_IS_ERR(ptr))
+        return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: cannot post a receive: %s",
+                          ucs_status_string(UCS_PTR_STATUS(ptr)));
+    if (ptr == NULL) return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: a receive completed without its callback");
+    if (!pp->done) pp->ureq = ptr; /* else the callback ran (and released the request) */
+    return 0;
+}
+
+int ucx_prepost_start(ucx_tp_t *tp)
+{
+    for (int i = 0; i < UCX_PREPOST; i++) {
+        ucx_prepost_t *pp = &tp->pp[i];
+        pp->tp = tp;
+        pp->buf = malloc(ucx_msg_max());
+        if (!pp->buf) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory for its receives");
+    }
+    tp->pp_on = 1;
+    for (int i = 0; i < UCX_PREPOST; i++) {
+        int rc = ucx_prepost_post(tp, &tp->pp[i]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Takes in what the kept receives received, in the order they completed,
+ * and posts them again (a repost that finds a message waiting completes at
+ * once and is taken in by the same loop). */
+void ucx_prepost_collect(ucx_tp_t *tp)
+{
+    ucx_prepost_t *pp;
+    while ((pp = tp->pp_done_head) != NULL) {
+        tp->pp_done_head = pp->next_done;
+        if (!tp->pp_done_head) tp->pp_done_tail = NULL;
+        pp->done = 0;
+        if (pp->status == UCS_ERR_CANCELED) continue; /* stopped */
+        if (pp->status != UCS_OK) {
+            /* a message longer than any of the protocol's: it is gone, and
+             * so is its sender's order */
+            int peer = ucx_tag_rank(pp->info.sender_tag);
+            if (pp->status == UCS_ERR_MESSAGE_TRUNCATED && peer >= 0 && peer < tp->nranks && peer != tp->rank &&
+                !(pp->info.sender_tag & UCX_TAG_DATA))
+                ucx_protocol_error(tp, peer, "a message longer than the protocol allows");
+            else if (oobx__ratelimit_ok(&tp->rl))
+                OOBX_WARN(tp->log, "ucx: a receive failed: %s", ucs_status_string(pp->status));
+        } else {
+            ucx_tag_info_t ti;
+            char why[160];
+            size_t len = pp->info.length;
+            if (ucx_tag_check(pp->info.sender_tag, len, tp->rank, tp->nranks, &ti, why, sizeof(why)) != 0) {
+                if (oobx__ratelimit_ok(&tp->rl))
+                    OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes: %s",
+                              pp->info.sender_tag, len, why);
+            } else {
+                ucx_rrec_t *r = ucx_rrec_new(tp);
+                void *buf = !r ? NULL : len <= sizeof(r->small) ? r->small : malloc(len ? len : 1);
+                if (!r || !buf) {
+                    free(r);
+                    tp->fatal = oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes", len);
+                    return;
+                }
+                memcpy(buf, pp->buf, len);
+                r->peer = ti.peer;
+                r->type = ti.type;
+                r->tag = pp->info.sender_tag;
+                r->buf = buf;
+                r->len = len;
+                r->arrived = 1;
+                if (ucx_rrec_enqueue(tp, r) == 0) ucx_rrec_watch(tp, ti.peer);
+            }
+        }
+        if (!tp->destroying && ucx_prepost_post(tp, pp) != 0) {
+            tp->fatal = OOBX_ERR_INTERNAL;
+            return;
         }
     }
+}
+
+void ucx_prepost_stop(ucx_tp_t *tp)
+{
+    if (!tp->pp_on) return;
+    for (int i = 0; i < UCX_PREPOST; i++)
+        if (tp->pp[i].ureq) ucp_request_cancel(tp->worker, tp->pp[i].ureq);
+    /* the callbacks of the cancelled receives (UCX calls them at once, or
+     * at its next progress) */
+    for (int n = 0; n < 1000; n++) {
+        int out = 0;
+        for (int i = 0; i < UCX_PREPOST; i++) out += tp->pp[i].ureq != NULL;
+        if (!out) break;
+        ucp_worker_progress(tp->worker);
+    }
+    tp->pp_done_head = tp->pp_done_tail = NULL;
+    tp->pp_on = 0;
 }
 
 /* ---- buffers given back by failed calls ---------------------------------------- */

@@ -68,6 +68,14 @@ size_t ucx_type_max(int type)
     }
 }
 
+size_t ucx_msg_max(void)
+{
+    size_t m = 0;
+    for (int t = 0; t <= (int)UCX_TAG_TYPE_MASK; t++)
+        if (ucx_type_max(t) > m) m = ucx_type_max(t);
+    return m;
+}
+
 int ucx_tag_check(uint64_t tag, size_t len, int self, int nranks, ucx_tag_info_t *out, char *why, size_t whylen)
 {
     ucx_tag_info_t v = {.type = ucx_tag_type(tag), .peer = ucx_tag_rank(tag), .seq = ucx_tag_seq(tag)};

@@ -116,6 +116,8 @@ int ucx_card_decode(const void *buf, size_t len, ucx_card_t *out, char *why, siz
 
 /* Largest message of a type, 0 for a type that does not exist. */
 size_t ucx_type_max(int type);
+/* The largest message of any type (what a kept receive must hold). */
+size_t ucx_msg_max(void);
 
 /* The tag of a probed message of len bytes, at rank self of nranks. */
 typedef struct ucx_tag_info {

@@ -1,5 +1,7 @@
 /* What is particular to the UCX transport: the ring link modes of
- * OOBX_UCX_RING (put, tag, auto) and that setting itself. Instances in one
+ * OOBX_UCX_RING (put, tag, auto) and that setting itself; the order of
+ * messages by their sequence numbers, and a peer that breaks it (a number
+ * out of its window or twice, a message longer than any). Instances in one
  * process joined by a fake core sink. Run under several UCX_TLS settings by
  * `make check-ucx-unit`, next to the transport contract
  * (tests/contract/test_tp_contract.c with OOBX_TEST_TP=ucx), which holds what
@@ -18,6 +20,7 @@
 #include "tp_module.h"
 #include "transport.h"
 #include "ucx_int.h"
+#include "ucx_wire.h"
 #include "util.h"
 
 extern const oobx_tp_ops_t oobx_ucx_ops;
@@ -39,6 +42,7 @@ typedef struct node {
     int nbegun, nended;
     int failed[NMAX];
     int fail_status[NMAX];
+    char fail_what[NMAX][256];
 } node_t;
 
 static void *sink_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
@@ -69,6 +73,7 @@ static void sink_failed(void *core, int peer, int status, const char *what)
     assert_true(peer >= 0 && peer < NMAX);
     n->failed[peer]++;
     n->fail_status[peer] = status;
+    snprintf(n->fail_what[peer], sizeof(n->fail_what[peer]), "%s", what);
     fprintf(stderr, "  [rank %d sees rank %d fail: %s]\n", n->rank, peer, what);
 }
 
@@ -270,6 +275,130 @@ static void test_three_ring(void **state)
 
 /* OOBX_UCX_RING is the transport's own setting: in its table, read at
  * create, and a value it does not know is refused naming it. */
+/* ---- a peer that breaks the order of its messages ---- */
+
+/* Sends a message from node `from` to node `to` straight through UCX, with
+ * the sequence number seq (what a broken or hostile peer could send). The
+ * request is returned: it may need the receiver's progress. */
+static void *raw_send(node_t *nodes, int from, int to, int type, uint32_t seq, const void *buf, size_t len)
+{
+    ucx_tp_t *tp = (ucx_tp_t *)nodes[from].tp;
+    ucp_ep_h ep = ucx_peer_ep(tp, to);
+    assert_non_null(ep);
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    ucs_status_ptr_t req = ucp_tag_send_nbx(ep, buf, len, ucx_tag(type, from, seq), &prm);
+    assert_false(UCS_PTR_IS_ERR(req));
+    return req;
+}
+
+static void raw_done(node_t *nodes, int from, void *req)
+{
+    if (!req) return;
+    ucx_tp_t *tp = (ucx_tp_t *)nodes[from].tp;
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(tp->worker, req);
+    ucp_request_free(req);
+}
+
+/* An EAGER message of 8 payload bytes, user tag utag. */
+static size_t eager_msg(unsigned char *out, int src, uint64_t utag)
+{
+    oobx_msg_hdr_t h = {.ctx = 7, .tag = utag, .len = 8, .src = src, .kind = 1};
+    memcpy(out, &h, sizeof(h));
+    memcpy(out + sizeof(h), "12345678", 8);
+    return sizeof(h) + 8;
+}
+
+static int begun_two(node_t *nodes, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    return nodes[0].nended >= 2 || nodes[0].failed[1];
+}
+
+static int saw_fail(node_t *nodes, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    return nodes[0].failed[1] > 0;
+}
+
+/* Messages whose numbers come out of order (as a rendezvous message does
+ * behind a later small one) begin in the sender's order. */
+static void test_sequence_order(void **state)
+{
+    (void)state;
+    node_t *nodes = calloc(2, sizeof(node_t));
+    for (int i = 0; i < 2; i++) node_init(&nodes[i], i, 2, "tag");
+    connect_all(nodes, 2);
+    ucx_peer_t *p = &((ucx_tp_t *)nodes[1].tp)->peers[0];
+    uint32_t seq = p->tx_seq;
+    p->tx_seq += 2;
+    unsigned char a[64], b[64];
+    size_t la = eager_msg(a, 1, 101), lb = eager_msg(b, 1, 102);
+    void *r2 = raw_send(nodes, 1, 0, UCX_T_EAGER, seq + 1, b, lb);
+    void *r1 = raw_send(nodes, 1, 0, UCX_T_EAGER, seq, a, la);
+    assert_int_equal(run_until(nodes, 2, begun_two, NULL, 10000), 0);
+    assert_int_equal(nodes[0].failed[1], 0);
+    assert_int_equal(nodes[0].nended, 2);
+    assert_int_equal(nodes[0].msgs[0].hdr.tag, 101);
+    assert_int_equal(nodes[0].msgs[1].hdr.tag, 102);
+    /* and the link goes on */
+    size_t sizes[] = {8, 100, 20000};
+    exchange(nodes, 2, 1, 0, sizes, 3);
+    raw_done(nodes, 1, r1);
+    raw_done(nodes, 1, r2);
+    for (int i = 0; i < 2; i++) node_fini(&nodes[i]);
+    free(nodes);
+}
+
+/* One bad message of a sender; rank 0 must fail rank 1 naming why. */
+static void bad_message(int type, uint32_t ahead, size_t len, int dup, const char *expect)
+{
+    node_t *nodes = calloc(2, sizeof(node_t));
+    for (int i = 0; i < 2; i++) node_init(&nodes[i], i, 2, "tag");
+    connect_all(nodes, 2);
+    ucx_peer_t *p = &((ucx_tp_t *)nodes[1].tp)->peers[0];
+    unsigned char *buf = calloc(1, len > 64 ? len : 64);
+    size_t l = type == UCX_T_EAGER && len == 0 ? eager_msg(buf, 1, 5) : len;
+    void *reqs[3] = {NULL, NULL, NULL};
+    if (dup) {
+        /* numbers 1 and 1 again before 0 */
+        reqs[0] = raw_send(nodes, 1, 0, type, p->tx_seq + 1, buf, l);
+        reqs[1] = raw_send(nodes, 1, 0, type, p->tx_seq + 1, buf, l);
+    } else {
+        reqs[0] = raw_send(nodes, 1, 0, type, p->tx_seq + ahead, buf, l);
+    }
+    assert_int_equal(run_until(nodes, 2, saw_fail, NULL, 10000), 0);
+    assert_int_equal(nodes[0].fail_status[1], OOBX_ERR_PROTOCOL);
+    print_message("%s\n", nodes[0].fail_what[1]);
+    assert_non_null(strstr(nodes[0].fail_what[1], "rank 1"));
+    assert_non_null(strstr(nodes[0].fail_what[1], expect));
+    assert_int_equal(nodes[0].nbegun, 0);
+    for (int i = 0; i < 3; i++) raw_done(nodes, 1, reqs[i]);
+    free(buf);
+    for (int i = 0; i < 2; i++) node_fini(&nodes[i]);
+    free(nodes);
+}
+
+static void test_sequence_out_of_window(void **state)
+{
+    (void)state;
+    bad_message(UCX_T_EAGER, 100000, 0, 0, "message number");
+}
+
+static void test_sequence_twice(void **state)
+{
+    (void)state;
+    bad_message(UCX_T_EAGER, 0, 0, 1, "twice");
+}
+
+static void test_message_too_long(void **state)
+{
+    (void)state;
+    /* longer than any message of the protocol: more than a posted receive holds */
+    bad_message(UCX_T_CREDIT, 0, ucx_msg_max() + 100, 0, "longer than the protocol allows");
+}
+
 static void test_ring_setting(void **state)
 {
     (void)state;
@@ -313,6 +442,10 @@ int main(void)
         cmocka_unit_test(test_pair_ring),
         cmocka_unit_test(test_pair_auto),
         cmocka_unit_test(test_three_ring),
+        cmocka_unit_test(test_sequence_order),
+        cmocka_unit_test(test_sequence_out_of_window),
+        cmocka_unit_test(test_sequence_twice),
+        cmocka_unit_test(test_message_too_long),
     };
     return cmocka_run_group_tests_name("ucx transport", tests, NULL, NULL);
 }
