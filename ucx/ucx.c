@@ -485,7 +485,11 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
      * may progress internally) waits in its unexpected queue and raises no
      * event: look once more */
     ucp_tag_recv_info_t info;
-    if (tp->ndirty || ucp_tag_probe_nb(tp->worker, 0, UCX_TAG_DATA, 0, &info) != NULL) return 1;
+    if (tp->ndirty) return 1;
+    if (ucp_tag_probe_nb(tp->worker, 0, UCX_TAG_DATA, 0, &info) != NULL) {
+        tp->probe_due = 1; /* progress() takes it */
+        return 1;
+    }
     fds[0].fd = tp->efd;
     fds[0].events = POLLIN;
     fds[0].revents = 0;

@@ -186,6 +186,9 @@ struct ucx_tp {
     int nwatch;             /* peers with watch_pid */
     ucx_prepost_t pp[UCX_PREPOST]; /* receives kept posted (pp_on) */
     int pp_on;
+    /* a message may wait in UCX's unexpected queue: a kept receive is not
+     * posted (a post failed, or they are stopped), or wait_prepare saw one */
+    int probe_due;
     ucx_prepost_t *pp_done_head, *pp_done_tail; /* completed, in completion order */
     uint64_t next_watch_ns; /* next look at their pids */
 };

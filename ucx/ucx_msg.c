@@ -600,9 +600,13 @@ static int ucx_rrec_enqueue(ucx_tp_t *tp, ucx_rrec_t *r)
     return 0;
 }
 
-/* Takes every non-DATA message UCX holds, in arrival order. */
+/* Takes every non-DATA message UCX holds, in arrival order. While every
+ * kept receive is posted, none can wait there (an arriving message takes a
+ * posted receive, and a post takes a waiting message first): no probe. */
 void ucx_probe(ucx_tp_t *tp)
 {
+    if (tp->pp_on && !tp->probe_due) return;
+    tp->probe_due = 0;
     ucp_tag_recv_info_t info;
     ucp_tag_message_h msg;
     while ((msg = ucp_tag_probe_nb(tp->worker, 0, UCX_TAG_DATA, 1, &info)) != NULL) {
@@ -707,6 +711,7 @@ static int ucx_prepost_post(ucx_tp_t *tp, ucx_prepost_t *pp)
 
 int ucx_prepost_start(ucx_tp_t *tp)
 {
+    tp->probe_due = 1; /* until they are all posted */
     for (int i = 0; i < UCX_PREPOST; i++) {
         ucx_prepost_t *pp = &tp->pp[i];
         pp->tp = tp;
@@ -718,6 +723,7 @@ int ucx_prepost_start(ucx_tp_t *tp)
         int rc = ucx_prepost_post(tp, &tp->pp[i]);
         if (rc) return rc;
     }
+    tp->probe_due = 0;
     return 0;
 }
 
@@ -767,7 +773,10 @@ void ucx_prepost_collect(ucx_tp_t *tp)
                 if (ucx_rrec_enqueue(tp, r) == 0) ucx_rrec_watch(tp, ti.peer);
             }
         }
-        if (!tp->destroying && ucx_prepost_post(tp, pp) != 0) {
+        if (tp->destroying) {
+            tp->probe_due = 1;
+        } else if (ucx_prepost_post(tp, pp) != 0) {
+            tp->probe_due = 1;
             tp->fatal = OOBX_ERR_INTERNAL;
             return;
         }
@@ -789,6 +798,7 @@ void ucx_prepost_stop(ucx_tp_t *tp)
     }
     tp->pp_done_head = tp->pp_done_tail = NULL;
     tp->pp_on = 0;
+    tp->probe_due = 1;
 }
 
 /* ---- buffers given back by failed calls ---------------------------------------- */
