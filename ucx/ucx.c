@@ -364,7 +364,6 @@ static void ucx_watch_pids(ucx_tp_t *tp)
              * is not taken for a failed one */
             for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
             }
-            ucx_prepost_collect(tp);
             ucx_probe(tp);
             ucx_drain_dirty(tp);
             if (p->fail.failed) continue;
@@ -454,7 +453,6 @@ static int ucx_progress(oobx_tp_t *base)
      * says busy) and the core calls progress() again */
     for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
     }
-    ucx_prepost_collect(tp);
     ucx_probe(tp);
     if (tp->fatal) return tp->fatal;
     unsigned ctrl_sent = tp->ctrl_sent;
@@ -753,7 +751,6 @@ static void ucx_destroy(oobx_tp_t *base)
         uint64_t deadline = oobx__deadline(200);
         while (tp->rtx.q_head && oobx__now_ns() < deadline) {
             ucp_worker_progress(tp->worker);
-            ucx_prepost_collect(tp);
             ucx_probe(tp);
             ucx_drain_dirty(tp);
         }

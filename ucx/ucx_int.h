@@ -89,7 +89,7 @@ typedef struct ucx_prepost {
     ucs_status_t status;
     ucp_tag_recv_info_t info; /* the sender's tag and the length */
     struct ucx_prepost *next_done;
-    unsigned char *buf;      /* UCX_MSG_MAX bytes */
+    unsigned char *buf;      /* tp->pp_bytes */
 } ucx_prepost_t;
 
 typedef struct ucx_peer {
@@ -185,6 +185,7 @@ struct ucx_tp {
     unsigned ctrl_sent;     /* control messages sent so far (ucx_send_ctrl) */
     int nwatch;             /* peers with watch_pid */
     ucx_prepost_t pp[UCX_PREPOST]; /* receives kept posted (pp_on) */
+    size_t pp_bytes;               /* each one's buffer: ucx_msg_max() */
     int pp_on;
     /* a message may wait in UCX's unexpected queue: a kept receive is not
      * posted (a post failed, or they are stopped), or wait_prepare saw one */
@@ -246,12 +247,13 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
 void ucx_rrec_free(ucx_rrec_t *r);
 void ucx_protocol_error(ucx_tp_t *tp, int peer, const char *what);
 void ucx_peer_drain(ucx_tp_t *tp, int peer);
+/* Takes in every non-DATA message that came: the kept receives' (in the
+ * order UCX completed them, each posted again), then what waits in UCX's
+ * queue. */
 void ucx_probe(ucx_tp_t *tp);
-/* The kept receives: posted at create (0, or why not), their completions
- * taken in (in the order UCX completed them) and posted again, cancelled
- * at destroy. */
+/* The kept receives: posted at create (0, or why not), cancelled at
+ * destroy. */
 int ucx_prepost_start(ucx_tp_t *tp);
-void ucx_prepost_collect(ucx_tp_t *tp);
 void ucx_prepost_stop(ucx_tp_t *tp);
 void ucx_pull_drop(ucx_tp_t *tp, int peer);
 

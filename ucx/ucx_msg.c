@@ -535,8 +535,9 @@ void ucx_peer_drain(ucx_tp_t *tp, int peer)
     }
 }
 
-/* Watches the sender of a message for failures too: its pid on this host,
- * else an endpoint with UCX's error handling. */
+/* A record of peer's is in: the peer is marked for the drain, and watched
+ * for failures too (its pid on this host, else an endpoint with UCX's
+ * error handling). */
 static void ucx_rrec_watch(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
@@ -557,25 +558,28 @@ static uint32_t ucx_seq_key(const ucx_peer_t *p, uint64_t tag)
 }
 
 /* A sequence number a sender may use next: from the next expected on,
- * within UCX_SEQ_WINDOW. */
-static int ucx_seq_ok(const ucx_peer_t *p, uint64_t tag)
+ * within UCX_SEQ_WINDOW (key: ucx_seq_key). */
+static int ucx_key_ok(uint32_t key)
 {
-    uint32_t key = ucx_seq_key(p, tag);
     return key >= 0x80000000u && key - 0x80000000u < UCX_SEQ_WINDOW;
 }
 
+static int ucx_seq_ok(const ucx_peer_t *p, uint64_t tag)
+{
+    return ucx_key_ok(ucx_seq_key(p, tag));
+}
+
 /* Puts record r in its sender's list in sequence order (nearly always at
- * the end); a number outside the window breaks the protocol (1, r freed). */
+ * the end); a number outside the window, or one already there, breaks the
+ * protocol (1, r freed). */
 static int ucx_rrec_enqueue(ucx_tp_t *tp, ucx_rrec_t *r)
 {
     ucx_peer_t *p = &tp->peers[r->peer];
     uint32_t key = ucx_seq_key(p, r->tag);
-    if (!ucx_seq_ok(p, r->tag)) {
-        char why[160];
+    char why[160];
+    if (!ucx_key_ok(key)) {
         snprintf(why, sizeof(why), "message number %u where %u was next", ucx_tag_seq(r->tag), p->rx_seq);
-        ucx_rrec_free(r);
-        ucx_protocol_error(tp, (int)(p - tp->peers), why);
-        return 1;
+        goto broken;
     }
     r->next = NULL;
     if (!p->rx_tail || ucx_seq_key(p, p->rx_tail->tag) < key) {
@@ -589,22 +593,43 @@ static int ucx_rrec_enqueue(ucx_tp_t *tp, ucx_rrec_t *r)
     ucx_rrec_t **at = &p->rx_head;
     while (*at && ucx_seq_key(p, (*at)->tag) < key) at = &(*at)->next;
     if (*at && ucx_seq_key(p, (*at)->tag) == key) {
-        char why[160];
         snprintf(why, sizeof(why), "message number %u twice", ucx_tag_seq(r->tag));
-        ucx_rrec_free(r);
-        ucx_protocol_error(tp, (int)(p - tp->peers), why);
-        return 1;
+        goto broken;
     }
     r->next = *at;
     *at = r;
     return 0;
+broken:
+    ucx_rrec_free(r);
+    ucx_protocol_error(tp, (int)(p - tp->peers), why);
+    return 1;
 }
+
+/* A record with a buffer for a message of len bytes (its small one, or
+ * the heap); NULL, the transport failed, when memory is out. */
+static ucx_rrec_t *ucx_rrec_for(ucx_tp_t *tp, size_t len)
+{
+    ucx_rrec_t *r = ucx_rrec_new(tp);
+    void *buf = !r ? NULL : len <= sizeof(r->small) ? r->small : malloc(len ? len : 1);
+    if (!r || !buf) {
+        free(r);
+        tp->fatal = oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes", len);
+        return NULL;
+    }
+    r->buf = buf;
+    r->len = len;
+    return r;
+}
+
+static void ucx_prepost_collect(ucx_tp_t *tp);
 
 /* Takes every non-DATA message UCX holds, in arrival order. While every
  * kept receive is posted, none can wait there (an arriving message takes a
  * posted receive, and a post takes a waiting message first): no probe. */
 void ucx_probe(ucx_tp_t *tp)
 {
+    ucx_prepost_collect(tp); /* first: they came before what waits in the queue */
+    if (tp->fatal) return;
     if (tp->pp_on && !tp->probe_due) return;
     tp->probe_due = 0;
     ucp_tag_recv_info_t info;
@@ -617,19 +642,12 @@ void ucx_probe(ucx_tp_t *tp)
         int bad = ucx_tag_check(info.sender_tag, info.length, tp->rank, tp->nranks, &ti, why, sizeof(why)) != 0;
         int out_of_order = !bad && !ucx_seq_ok(&tp->peers[peer], info.sender_tag);
         bad |= out_of_order;
-        ucx_rrec_t *r = ucx_rrec_new(tp);
-        void *buf = !r ? NULL : info.length <= sizeof(r->small) ? r->small : malloc(info.length);
-        if (!r || !buf) {
-            free(r);
-            tp->fatal = oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes",
-                                  info.length);
-            return;
-        }
+        ucx_rrec_t *r = ucx_rrec_for(tp, info.length);
+        if (!r) return;
+        void *buf = r->buf;
         r->peer = bad ? -1 : peer;
         r->type = type;
         r->tag = info.sender_tag;
-        r->buf = buf;
-        r->len = info.length;
         ucp_request_param_t prm = {
             .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
             .cb.recv = ucx_recv_cb,
@@ -700,7 +718,7 @@ static int ucx_prepost_post(ucx_tp_t *tp, ucx_prepost_t *pp)
     pp->done = 0;
     pp->info.sender_tag = UCX_TAG_DATA; /* no sender, unless UCX says which */
     pp->info.length = 0;
-    ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, pp->buf, ucx_msg_max(), 0, UCX_TAG_DATA, &prm);
+    ucs_status_ptr_t ptr = ucp_tag_recv_nbx(tp->worker, pp->buf, tp->pp_bytes, 0, UCX_TAG_DATA, &prm);
     if (UCS_PTR_IS_ERR(ptr))
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: cannot post a receive: %s",
                           ucs_status_string(UCS_PTR_STATUS(ptr)));
@@ -712,10 +730,11 @@ static int ucx_prepost_post(ucx_tp_t *tp, ucx_prepost_t *pp)
 int ucx_prepost_start(ucx_tp_t *tp)
 {
     tp->probe_due = 1; /* until they are all posted */
+    tp->pp_bytes = ucx_msg_max();
     for (int i = 0; i < UCX_PREPOST; i++) {
         ucx_prepost_t *pp = &tp->pp[i];
         pp->tp = tp;
-        pp->buf = malloc(ucx_msg_max());
+        pp->buf = malloc(tp->pp_bytes);
         if (!pp->buf) return oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory for its receives");
     }
     tp->pp_on = 1;
@@ -730,7 +749,7 @@ int ucx_prepost_start(ucx_tp_t *tp)
 /* Takes in what the kept receives received, in the order they completed,
  * and posts them again (a repost that finds a message waiting completes at
  * once and is taken in by the same loop). */
-void ucx_prepost_collect(ucx_tp_t *tp)
+static void ucx_prepost_collect(ucx_tp_t *tp)
 {
     ucx_prepost_t *pp;
     while ((pp = tp->pp_done_head) != NULL) {
@@ -756,19 +775,12 @@ void ucx_prepost_collect(ucx_tp_t *tp)
                     OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes: %s",
                               pp->info.sender_tag, len, why);
             } else {
-                ucx_rrec_t *r = ucx_rrec_new(tp);
-                void *buf = !r ? NULL : len <= sizeof(r->small) ? r->small : malloc(len ? len : 1);
-                if (!r || !buf) {
-                    free(r);
-                    tp->fatal = oobx__fail(tp->log, OOBX_ERR_NOMEM, "ucx: out of memory receiving %zu bytes", len);
-                    return;
-                }
-                memcpy(buf, pp->buf, len);
+                ucx_rrec_t *r = ucx_rrec_for(tp, len);
+                if (!r) return;
+                memcpy(r->buf, pp->buf, len);
                 r->peer = ti.peer;
                 r->type = ti.type;
                 r->tag = pp->info.sender_tag;
-                r->buf = buf;
-                r->len = len;
                 r->arrived = 1;
                 if (ucx_rrec_enqueue(tp, r) == 0) ucx_rrec_watch(tp, ti.peer);
             }
