@@ -110,8 +110,9 @@ static ucs_log_func_rc_t ucx_log_handler(const char *file, unsigned line, const 
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     const char *lv = level <= UCS_LOG_LEVEL_ERROR ? "error" : "warning";
-    /* our own tcp setting, left unused where no tcp interface opens */
-    int ours = tp->tcp_put_off && strstr(text, "invalid configuration: PUT_ENABLE=");
+    /* our own tcp and shared-memory settings, left unused where no such interface opens */
+    int ours = (tp->tcp_put_off && strstr(text, "invalid configuration: PUT_ENABLE=")) ||
+               (tp->mm_grow_set && strstr(text, "invalid configuration: MM_RX_BUFS_GROW="));
     if (tp->creating && !ours)
         OOBX_WARN(tp->log, "ucx: UCX %s (%s:%u): %s", lv, base, line, text);
     else
@@ -616,11 +617,24 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
         else
             OOBX_DEBUG(p->log, "ucx: UCX refused PUT_ENABLE=n for tcp");
     }
+    /* UCX's shared-memory transports take 512 receive buffers of 8 KiB
+     * each (4 MiB of /dev/shm a rank) and write every one at worker
+     * creation: most of the worker's start-up (VM: 18 of 32 ms) for a
+     * channel that holds a few messages at a time. 64 to begin with; the
+     * pool still grows by 64 when more are held. */
+    if (!getenv("UCX_MM_RX_BUFS_GROW") && !getenv("UCX_POSIX_RX_BUFS_GROW") && !getenv("UCX_SYSV_RX_BUFS_GROW")) {
+        if (ucp_config_modify(cfg, "MM_RX_BUFS_GROW", UCX_MM_RX_GROW_DEFAULT) == UCS_OK)
+            tp->mm_grow_set = 1;
+        else
+            OOBX_DEBUG(p->log, "ucx: UCX refused MM_RX_BUFS_GROW=%s", UCX_MM_RX_GROW_DEFAULT);
+    }
     const char *user_tls = getenv("UCX_TLS");
     if (!user_tls) {
-        if (ucp_config_modify(cfg, "TLS", "^cma") != UCS_OK)
-            OOBX_WARN(p->log, "ucx: UCX refused TLS=^cma; a peer dying during a shared-memory rendezvous may abort "
-                      "this process");
+        /* sysv is a second shared-memory transport beside posix, with a
+         * receive pool of its own to set up, and nothing posix lacks */
+        if (ucp_config_modify(cfg, "TLS", "^cma,sysv") != UCS_OK)
+            OOBX_WARN(p->log, "ucx: UCX refused TLS=^cma,sysv; a peer dying during a shared-memory rendezvous may "
+                      "abort this process");
     } else if (strstr(user_tls, "cma") && user_tls[0] != '^') {
         OOBX_INFO(p->log, "ucx: UCX_TLS=%s includes cma: with UCX 1.13 a peer dying during a rendezvous over cma "
                   "aborts this process", user_tls);

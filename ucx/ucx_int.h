@@ -25,6 +25,7 @@
 #define UCX_SEQ_WINDOW 65536u      /* how far ahead of the next expected a sequence number may be */
 #define UCX_KEEPALIVE_MS 1000      /* wake-up period while sleeping, for keepalive */
 #define UCX_KEEPALIVE_DEFAULT "500ms"
+#define UCX_MM_RX_GROW_DEFAULT "64" /* shared-memory receive buffers made at a time (UCX: 512) */
 #define UCX_QUIESCE_MS 50          /* progress before closing, at destroy */
 #define UCX_CLOSE_MS 500           /* bound on flushing endpoints at destroy */
 #define UCX_WATCH_MS 300           /* period of the pid check of peers on this host */
@@ -170,6 +171,7 @@ struct ucx_tp {
     int creating;           /* inside create: UCX's words on its configuration are the user's business */
     int ucx_log_user;       /* UCX_LOG_LEVEL is set: UCX prints as the user asked */
     int tcp_put_off;        /* UCX_TCP_PUT_ENABLE=n set by this transport (see ucx_create) */
+    int mm_grow_set;        /* MM_RX_BUFS_GROW set by this transport (see ucx_create) */
     /* The same-host departure board: a byte per rank, set by a rank as it
      * releases its transport. A peer on this host is told of a death by its
      * pid, and a goodbye cannot always reach it (no endpoint to it); the

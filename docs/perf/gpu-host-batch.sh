@@ -1,0 +1,63 @@
+#!/bin/bash
+# One device call, every figure issues 10 and 14 ask for on the 16-core GPU
+# host, in one window so that each ratio compares runs of the same machine:
+#   bash ../shared/device/bundle.sh && (device tool, carry .dev)
+#   source .dev/env.sh; bash docs/perf/gpu-host-batch.sh [PARTS]
+# PARTS (default "p2p bw auto scale"): p2p = 8 B ping-pong and allgather at 2
+# ranks over UCX shared memory and sockets, the busy-polling raw TCP
+# ping-pong of the same launch, ucx_perftest tag_lat after each round; bw =
+# allgather 1 MiB/rank at 2, 4, 8 ranks over UCX shared memory against
+# ucx_perftest ucp_put_bw; auto = init at 16 and 64 ranks, auto against
+# socket and ucx; scale = start-up at 4096 ranks (one host) and 10,240 (16
+# emulated hosts), 16 roots, socket.
+set -u
+parts=${1:-p2p bw auto scale}
+D=$(cd "$(dirname "$0")/../.." && pwd)
+B=${BUNDLE:-$D/.dev}
+export OOBX_SOCKET_IFNAME=lo UCX_NET_DEVICES=lo OOBX_MODULE_DIR=$B/lib/oobx
+echo "# $(date -u +%FT%TZ) $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+perftest() { # test size
+    local port=$((13000 + RANDOM % 2000))
+    ucx_perftest -t "$1" -s "$2" -n "$3" -w 1000 -p "$port" >/dev/null 2>&1 &
+    sleep 0.5
+    ucx_perftest 127.0.0.1 -t "$1" -s "$2" -n "$3" -w 1000 -p "$port" 2>&1 | awk -v t="$1" '/^Final:/ { print "ucx_perftest", t, "final:", $0 }'
+    wait
+}
+bench() { # n filter sizes env...
+    local n=$1 f=$2 s=$3
+    shift 3
+    env "$@" timeout 120 oobx-run -n "$n" -- oobx-bench --benchmark_filter="$f" --sizes="$s" --batches=10 2>&1 |
+        grep -E '^\[0\] [a-z_]+/' | awk -v n="$n" -v e="$*" '{ print "n" n, e, $2, $5, $6, "best", $7, "busbw", $13 }'
+}
+if [[ " $parts " == *" p2p "* ]]; then
+    echo "== p2p: 2 ranks, 8 B, one way (time, best batch)"
+    for i in 1 2 3 4 5; do
+        bench 2 '^pingpong/|^allgather/' 8 OOBX_TRANSPORT=ucx UCX_TLS=posix,self
+        bench 2 '^pingpong/|^allgather/|^tcp' 8 OOBX_TRANSPORT=socket
+        perftest tag_lat 8 100000
+    done
+fi
+if [[ " $parts " == *" bw "* ]]; then
+    echo "== bw: allgather 1 MiB/rank, UCX shared memory"
+    for i in 1 2; do
+        for n in 2 4 8; do bench "$n" '^allgather/' 1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self; done
+        perftest ucp_put_bw 1048576 2000
+    done
+fi
+if [[ " $parts " == *" auto "* ]]; then
+    echo "== auto: init (ranks, asked, chosen, wall, init max, create max)"
+    sh "$D/docs/perf/auto/run.sh" "$B" "16 64" 3
+fi
+if [[ " $parts " == *" scale "* ]]; then
+    echo "== scale: start-up, socket, 16 roots"
+    boot() { # n hosts
+        local n=$1 h=$2 per=$(( ($1 + $2 - 1) / $2 ))
+        OOBX_TRANSPORT=socket OOBX_BOOT_AT=$(python3 -c "import time;print('%.6f'%(time.time()+1.0+$n*0.0012))") \
+            oobx-run -n "$n" -r 16 --timeout 300 -- sh -c "OOBX_HOST_ID=\$((OOBX_RANK / $per)) exec oobx-boot --label=h$h" 2>&1 |
+            grep -o 'OOBX_BOOT_RESULT.*' | cut -d' ' -f2-
+    }
+    for i in 1 2 3; do
+        echo "S4096 $(boot 4096 1)"
+        echo "S10240 $(boot 10240 16)"
+    done
+fi
