@@ -145,7 +145,10 @@ int ucx_ring(oobx_tp_t *base, int prev, int next)
         return 0;
     }
     rx->base = ma.address;
-    memset(rx->base, 0, rx->size);
+    /* only the slots' chunk headers: a chunk is read after its doorbell
+     * only, and the payload bytes are the sender's to write (clearing the
+     * whole buffer touched every page of it in init: 1 MiB by default) */
+    for (uint32_t k = 0; k < slots; k++) memset((char *)rx->base + (size_t)k * slot_bytes, 0, sizeof(ringbuf_chunk_hdr_t));
     oobx__ringbuf_rx_init(&rx->rb, slots, slot_bytes, 0);
 
     void *rkey = NULL;
