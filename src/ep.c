@@ -352,6 +352,22 @@ static void send_notice(oobx_ep_t *ep, int t)
     if (s && !s->tp.done && ep->notices && ep->nnotices < ep->nranks) ep->notices[ep->nnotices++] = s;
 }
 
+/* One sleep on the transport and the wake fd, at most until `until` (10 ms
+ * at a time), then the transport's progress. Lock held; dropped while
+ * asleep. */
+static void ep_nap(oobx_ep_t *ep, uint64_t until)
+{
+    struct pollfd fds[16];
+    int nfds = 0, ms = oobx__ms_left(until, 10);
+    if (!ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &ms)) {
+        fds[0] = (struct pollfd){.fd = ep->wake_fd, .events = POLLIN};
+        pthread_mutex_unlock(&ep->lock);
+        ep->ops->sleep(ep->tp, fds, nfds + 1, ms);
+        pthread_mutex_lock(&ep->lock);
+    }
+    ep->ops->progress(ep->tp);
+}
+
 /* Progresses until the notices of the last spread are out (written to the
  * kernel, or failed), for at most notice_linger_ms. A rank that saw a
  * failure may not call into oobx again for a while (it cleans up, it
@@ -371,17 +387,7 @@ static void notices_flush(oobx_ep_t *ep)
         int out = 1;
         for (int i = 0; i < ep->nnotices && out; i++) out = ep->notices[i]->tp.done;
         if (out || oobx__now_ns() >= until) break;
-        struct pollfd fds[16];
-        int nfds = 0, ms = oobx__ms_left(until, 10);
-        if (!ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &ms)) {
-            fds[0].fd = ep->wake_fd;
-            fds[0].events = POLLIN;
-            fds[0].revents = 0;
-            pthread_mutex_unlock(&ep->lock);
-            ep->ops->sleep(ep->tp, fds, nfds + 1, ms);
-            pthread_mutex_lock(&ep->lock);
-        }
-        ep->ops->progress(ep->tp);
+        ep_nap(ep, until);
     }
     ep->nnotices = 0;
     ep->flushing = ep->poller = 0;
@@ -1391,18 +1397,7 @@ void oobx__ep_linger(oobx_ep_t *ep, int ms)
     pthread_mutex_lock(&ep->lock);
     uint64_t until = oobx__deadline(ms);
     while (oobx__now_ns() < until) {
-        struct pollfd fds[16];
-        int nfds = 0, wms = oobx__ms_left(until, 10);
-        int busy = ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &wms);
-        if (!busy) {
-            fds[0].fd = ep->wake_fd;
-            fds[0].events = POLLIN;
-            fds[0].revents = 0;
-            pthread_mutex_unlock(&ep->lock);
-            ep->ops->sleep(ep->tp, fds, nfds + 1, wms);
-            pthread_mutex_lock(&ep->lock);
-        }
-        ep->ops->progress(ep->tp);
+        ep_nap(ep, until);
         if (ep->linger_hook && ep->linger_hook(ep->linger_arg)) ep->linger_hook = NULL;
         oobx__ep_spread(ep);
     }
