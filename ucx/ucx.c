@@ -94,7 +94,11 @@ extern const oobx_tp_ops_t oobx_ucx_ops;
  * Lines from threads outside our ops (another UCX user in the process,
  * UCX's async thread) and everything under UCX_LOG_LEVEL go to UCX's own
  * handler, as they would without oobx. */
-static __thread ucx_tp_t *ucx_log_tp;
+/* initial-exec: the module is opened with dlopen, and the global-dynamic
+ * model made every access (two an op, progress included) a call of
+ * __tls_get_addr; one pointer fits the static TLS that glibc keeps for
+ * modules loaded later */
+static __thread ucx_tp_t *ucx_log_tp __attribute__((tls_model("initial-exec")));
 static pthread_once_t ucx_log_once = PTHREAD_ONCE_INIT;
 
 static ucs_log_func_rc_t ucx_log_handler(const char *file, unsigned line, const char *function,
