@@ -1450,8 +1450,8 @@ static void spin_adapt(oobx_ep_t *ep, uint64_t ns)
     }
     uint64_t w = (uint64_t)sorted[(3 * m) / 4 < m ? (3 * m) / 4 : m - 1] * 3 / 2;
     ep->spin_ns = w > OOBX_SPIN_AUTO_MAX_NS   ? OOBX_SPIN_AUTO_MAX_NS
-                  : w < OOBX_SPIN_AUTO_MIN_NS ? OOBX_SPIN_AUTO_MIN_NS
-                                              : (uint32_t)w;
+                  : w < OOBX_SPIN_AUTO_SHORT_NS ? OOBX_SPIN_AUTO_SHORT_NS
+                                                : (uint32_t)w;
 }
 
 int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns)
