@@ -432,6 +432,53 @@ static void test_ring_setting(void **state)
     free(n);
 }
 
+/* The shared memory of UCX's own transports that this process maps now:
+ * the largest posix segment, and the bytes of sysv segments. */
+static void ucx_shm_maps(size_t *posix_max, size_t *sysv_total)
+{
+    *posix_max = *sysv_total = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long a, b;
+        char path[300] = "";
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %299[^\n]", &a, &b, path) < 2) continue;
+        size_t len = (size_t)(b - a);
+        if (strstr(path, "/ucx_shm_posix_") && len > *posix_max) *posix_max = len;
+        if (!strncmp(path, "/SYSV", 5)) *sysv_total += len;
+    }
+    fclose(f);
+}
+
+/* UCX's shared-memory receive pools: 64 buffers at a time, not UCX's 512
+ * (4 MiB of /dev/shm each), unless the user sized them; and no sysv beside
+ * posix unless the user chose UCX_TLS. */
+static void test_shm_pools_small(void **state)
+{
+    (void)state;
+    int sized = getenv("UCX_MM_RX_BUFS_GROW") || getenv("UCX_POSIX_RX_BUFS_GROW") || getenv("UCX_SYSV_RX_BUFS_GROW");
+    size_t posix0, sysv0, posix1, sysv1;
+    ucx_shm_maps(&posix0, &sysv0);
+    node_t *n = malloc(sizeof(node_t));
+    assert_non_null(n);
+    node_init(n, 0, 1, "auto");
+    ucx_shm_maps(&posix1, &sysv1);
+    print_message("UCX_TLS=%s: largest posix segment %zu KiB, sysv %zu KiB (before: %zu, %zu)\n",
+                  env_or("UCX_TLS", "(unset)"), posix1 / 1024, sysv1 / 1024, posix0 / 1024, sysv0 / 1024);
+    if (!getenv("UCX_TLS")) {
+        assert_int_equal(sysv1, sysv0);
+        assert_true(posix1 > 0); /* posix serves shared memory */
+    }
+    if (!sized) {
+        /* 64 buffers of 8,256 bytes: 528 KiB; UCX's 512: 4,196 KiB */
+        assert_true(posix1 < 2u << 20);
+        assert_true(sysv1 - sysv0 < 2u << 20);
+    }
+    node_fini(n);
+    free(n);
+}
+
 int main(void)
 {
     /* loopback only, unless the caller chose devices */
@@ -446,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_sequence_out_of_window),
         cmocka_unit_test(test_sequence_twice),
         cmocka_unit_test(test_message_too_long),
+        cmocka_unit_test(test_shm_pools_small),
     };
     return cmocka_run_group_tests_name("ucx transport", tests, NULL, NULL);
 }
