@@ -309,16 +309,15 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
 }
 
 /* Sends a control message of len bytes to endpoint rank t. Not from inside
- * progress (the transports do not take sends from their own callbacks).
- * Returns its request (the endpoint frees it), NULL when it did not go. */
-static oobx_sreq_t *ctrl_send(oobx_ep_t *ep, int t, uint64_t tag, const void *payload, size_t len, const char *what)
+ * progress (the transports do not take sends from their own callbacks). */
+static void ctrl_send(oobx_ep_t *ep, int t, uint64_t tag, const void *payload, size_t len, const char *what)
 {
     typedef struct {
         oobx_sreq_t req;
         unsigned char msg[];
     } ctrl_tx_t;
     ctrl_tx_t *n = malloc(sizeof(*n) + len);
-    if (!n) return NULL;
+    if (!n) return;
     memset(&n->req, 0, sizeof(n->req));
     n->req.peer = t;
     if (len) memcpy(n->msg, payload, len);
@@ -328,11 +327,10 @@ static oobx_sreq_t *ctrl_send(oobx_ep_t *ep, int t, uint64_t tag, const void *pa
     if (rc != 0) {
         OOBX_DEBUG(ep->log, "rank %d: the %s to rank %d did not go: %s", ep->rank, what, t, oobx_strerror(rc));
         free(n);
-        return NULL;
+        return;
     }
     ep->talked[t] = 1;
     oobx__ep_adopt(ep, n); /* the transport may hold it until the endpoint goes */
-    return &n->req;
 }
 
 /* Sends the recorded failure to endpoint rank t. */
@@ -347,51 +345,7 @@ static void send_notice(oobx_ep_t *ep, int t)
     /* in init a notice may open a link (UCX: the predecessor's, whose card
      * came first): the ranks that give up stay reachable a moment
      * (INIT_LINGER_MS); later only the links the ranks have carry it */
-    oobx_sreq_t *s = ctrl_send(ep, t, CTRL_FAIL | (ep->ready ? 0 : OOBX_CTRL_MAY_CONNECT), msg, CTRL_FAIL_HDR + tl,
-                               "failure notice");
-    if (s && !s->tp.done && ep->notices && ep->nnotices < ep->nranks) ep->notices[ep->nnotices++] = s;
-}
-
-/* One sleep on the transport and the wake fd, at most until `until` (10 ms
- * at a time), then the transport's progress. Lock held; dropped while
- * asleep. */
-static void ep_nap(oobx_ep_t *ep, uint64_t until)
-{
-    struct pollfd fds[16];
-    int nfds = 0, ms = oobx__ms_left(until, 10);
-    if (!ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &ms)) {
-        fds[0] = (struct pollfd){.fd = ep->wake_fd, .events = POLLIN};
-        pthread_mutex_unlock(&ep->lock);
-        ep->ops->sleep(ep->tp, fds, nfds + 1, ms);
-        pthread_mutex_lock(&ep->lock);
-    }
-    ep->ops->progress(ep->tp);
-}
-
-/* Progresses until the notices of the last spread are out (written to the
- * kernel, or failed), for at most notice_linger_ms. A rank that saw a
- * failure may not call into oobx again for a while (it cleans up, it
- * exits): a notice still waiting for its link's hello would reach nobody,
- * and a rank that waits on this one would only learn of the failure from a
- * closed link later, with the wrong reason. Lock held, not inside progress;
- * nothing when another thread polls (its progress sends them). */
-static void notices_flush(oobx_ep_t *ep)
-{
-    if (ep->poller || ep->flushing || !ep->nnotices || ep->notice_linger_ms <= 0) {
-        ep->nnotices = 0;
-        return;
-    }
-    ep->flushing = ep->poller = 1;
-    uint64_t until = oobx__deadline(ep->notice_linger_ms);
-    for (;;) {
-        int out = 1;
-        for (int i = 0; i < ep->nnotices && out; i++) out = ep->notices[i]->tp.done;
-        if (out || oobx__now_ns() >= until) break;
-        ep_nap(ep, until);
-    }
-    ep->nnotices = 0;
-    ep->flushing = ep->poller = 0;
-    if (ep->nsleepers) pthread_cond_broadcast(&ep->cond);
+    ctrl_send(ep, t, CTRL_FAIL | (ep->ready ? 0 : OOBX_CTRL_MAY_CONNECT), msg, CTRL_FAIL_HDR + tl, "failure notice");
 }
 
 /* The endpoint ranks whose messages posted receives wait for (of context
@@ -441,8 +395,6 @@ void oobx__ep_spread(oobx_ep_t *ep)
     /* a rank that disagreed on a call is alive and in it: it is told too */
     if (ep->fail_status == OOBX_ERR_MISMATCH) r = -1;
     int all = ep->ready || ep->spreads > 1; /* else only some addresses are known: the links it has */
-    if (!ep->notices && !ep->flushing) ep->notices = calloc((size_t)ep->nranks, sizeof(*ep->notices));
-    ep->nnotices = 0;
     /* to me+1, me+2, me+4, ...: every rank that hears it does the same, so
      * the news reaches all N in about log2(N) steps, along log2(N) paths
      * into each rank (a dead forwarder does not stop it) */
@@ -459,7 +411,6 @@ void oobx__ep_spread(oobx_ep_t *ep)
         if (all && (d & (d - 1)) == 0) continue; /* a power of two: sent above */
         send_notice(ep, t);
     }
-    notices_flush(ep);
 }
 
 int oobx__ep_ring(oobx_ep_t *ep, int prev, int next)
@@ -523,14 +474,11 @@ static int same_call_other_sig(uint64_t a, uint64_t b)
 /* A collective message came: is it for this rank's current call in its group, signed otherwise? */
 static void coll_check_arrival(oobx_ep_t *ep, uint64_t ctx, int src, uint64_t tag)
 {
-    for (int k = 0; k < OOBX_EP_RECENT; k++) {
-        if (!ep->calls[k].tag || ep->calls[k].ctx != ctx ||
-            (ep->calls[k].tag & OOBX_COLL_GROUP_MASK) != (tag & OOBX_COLL_GROUP_MASK))
-            continue;
-        uint64_t mine = ep->calls[k].hist[OOBX_COLL_TAG_SEQ(tag) % OOBX_COLL_HIST];
-        if (mine && same_call_other_sig(mine, tag)) coll_disagree(ep, src, tag, mine);
-        return;
-    }
+    for (int k = 0; k < OOBX_EP_RECENT; k++)
+        if (ep->calls[k].tag && ep->calls[k].ctx == ctx && same_call_other_sig(ep->calls[k].tag, tag)) {
+            coll_disagree(ep, src, tag, ep->calls[k].tag);
+            return;
+        }
 }
 
 void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag)
@@ -544,11 +492,9 @@ void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag)
     if (k < 0) {
         k = ep->calls_next;
         ep->calls_next = (k + 1) % OOBX_EP_RECENT;
-        memset(ep->calls[k].hist, 0, sizeof(ep->calls[k].hist));
     }
     ep->calls[k].ctx = v->ctx;
     ep->calls[k].tag = tag;
-    ep->calls[k].hist[OOBX_COLL_TAG_SEQ(tag) % OOBX_COLL_HIST] = tag;
     if (!ep->ncoll_ux) return;
     /* messages of this call number that came early */
     for (size_t b = 0; b < ep->nbuckets; b++)
@@ -833,7 +779,6 @@ int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t *
     ep->refs = 1;
     ep->log = log;
     ep->spin_us = s->spin_us;
-    ep->notice_linger_ms = s->timeout_ms < 0 ? OOBX_NOTICE_LINGER_MS : OOBX_MIN(OOBX_NOTICE_LINGER_MS, s->timeout_ms / 10);
     ep->ux_max = s->unexpected_max;
     ep->fail_job = strcmp(s->failure, "local") != 0;
     atomic_init(&ep->fail_rank, -1);
@@ -900,7 +845,6 @@ void oobx__ep_release(oobx_ep_t *ep)
     if (ep->tp) ep->ops->destroy(ep->tp);
     if (ep->addr_release) ep->addr_release(ep->addr_arg);
     free(ep->addr_known);
-    free(ep->notices);
     /* Messages being written when the transport went away: first, while
      * every record is still allocated. A ux in the array is either detached
      * (out of every queue: freed here) or still in its queue (freed with the
@@ -1397,7 +1341,18 @@ void oobx__ep_linger(oobx_ep_t *ep, int ms)
     pthread_mutex_lock(&ep->lock);
     uint64_t until = oobx__deadline(ms);
     while (oobx__now_ns() < until) {
-        ep_nap(ep, until);
+        struct pollfd fds[16];
+        int nfds = 0, wms = oobx__ms_left(until, 10);
+        int busy = ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &wms);
+        if (!busy) {
+            fds[0].fd = ep->wake_fd;
+            fds[0].events = POLLIN;
+            fds[0].revents = 0;
+            pthread_mutex_unlock(&ep->lock);
+            ep->ops->sleep(ep->tp, fds, nfds + 1, wms);
+            pthread_mutex_lock(&ep->lock);
+        }
+        ep->ops->progress(ep->tp);
         if (ep->linger_hook && ep->linger_hook(ep->linger_arg)) ep->linger_hook = NULL;
         oobx__ep_spread(ep);
     }
@@ -1574,8 +1529,8 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             }
             ep->ops->progress(tp);
         }
-        ep->poller = 0; /* the notices' flush polls in its turn */
         oobx__ep_spread(ep);
+        ep->poller = 0;
         if (ep->nsleepers) pthread_cond_broadcast(&ep->cond);
     }
 }

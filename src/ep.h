@@ -15,7 +15,6 @@
 #define OOBX_SPIN_AUTO_MIN_NS 2000  /* and its floor while polling is on: a short look before sleeping */
 #define OOBX_SPIN_AUTO_SHORT_NS 10000 /* the floor while most waits are short: a hiccup of the peer's is not a sleep */
 #define OOBX_SPIN_ADAPT_EVERY 4     /* waits between two choices of the window */
-#define OOBX_NOTICE_LINGER_MS 200   /* the longest a rank waits for its failure notices to go out */
 #define OOBX_SPIN_CHECK_EVERY 8     /* polling passes between two clock reads (and lock hand-overs) */
 
 #include <pthread.h>
@@ -56,10 +55,10 @@ typedef struct oobx_rreq {
  *   this rank waits in (each link keeps its order, so a sender's messages of
  *   one call all come before those of its next), and the receive ends with
  *   OOBX_ERR_MISMATCH and rival_tag;
- * - a collective message with the number of this rank's current call in
- *   its group, or of one of its OOBX_COLL_HIST calls before, but another
- *   signature, from anyone: the ranks disagree on that call, and the
- *   communicator fails with OOBX_ERR_MISMATCH. */
+ * - a collective message with the number of this rank's current (or last)
+ *   call in its group but another signature, from anyone: the ranks
+ *   disagree on that call, and the communicator fails with
+ *   OOBX_ERR_MISMATCH. */
 #define OOBX_COLL_SLOT_MASK 0xfffffff000000000ull
 #define OOBX_COLL_GROUP_MASK 0xfffffc0000000000ull
 #define OOBX_COLL_CALL_MASK 0xfffffc00ffff0000ull /* group id and number: one call */
@@ -106,7 +105,6 @@ typedef struct oobx_mq oobx_mq_t;
 
 #define OOBX_PROBE_MAX 8 /* ranks one probe asks, and ranks one answer names */
 #define OOBX_CTX_TEXT 600 /* why a context failed, as sent */
-#define OOBX_COLL_HIST 64 /* calls per group whose signatures a late message is checked against */
 #define OOBX_EP_RECENT 8  /* entries of each of the endpoint's round-robin tables below */
 
 /* A context and why it is of note (never joined, or failed). */
@@ -181,9 +179,6 @@ typedef struct oobx_ep {
     int fail_status;
     char fail_text[640];    /* "rank 5 failed (seen by rank 4: ...)" */
     int fail_spread;        /* the notice still has to go out (sent outside progress) */
-    /* the notices of the last spread, until they are out (OOBX_NOTICE_LINGER_MS) */
-    oobx_sreq_t **notices;
-    int nnotices, notice_linger_ms, flushing;
     int closing;            /* being released: our own links go down */
     unsigned char *departed; /* per rank: said goodbye (released its endpoint) */
     unsigned char *talked;   /* per rank: a link to it may exist (sent, heard, ring): goodbyes go there */
@@ -216,14 +211,9 @@ typedef struct oobx_ep {
     oobx_ctx_note_t gone[OOBX_EP_RECENT], ctx_failed[OOBX_EP_RECENT];
     int gone_next, ctx_failed_next;
     char probe_text[800];    /* what the last timed-out wait found, for oobx__ep_wait_error */
-    /* the collective each (context, group) is in or made last: its tag at
-     * step 0; and the step-0 tags of its last OOBX_COLL_HIST calls, by call
-     * number: a message of an earlier call that comes late (its link was
-     * still opening while this rank went on through the host's shared
-     * memory) is checked against what this rank did in that call */
+    /* the collective each (context, group) is in or made last: its tag at step 0 */
     struct {
         uint64_t ctx, tag;
-        uint64_t hist[OOBX_COLL_HIST];
     } calls[OOBX_EP_RECENT];
     int calls_next;
     size_t ncoll_ux;         /* collective messages in the unexpected queues (0: no rival can exist) */

@@ -57,7 +57,8 @@ if [ -n "$d" ] && [ ! -e "$d" ]; then ok "OOBX_NODE_DIR: removed with what was l
 else bad "OOBX_NODE_DIR: removed with what was left in it ($d)"; fi
 check "OOBX_NODE_DIR: a failing job" 1 'failed ranks: 1 \(exit 5\)' err -- \
     -n 2 -- sh -c 'echo "$OOBX_NODE_DIR"; touch "$OOBX_NODE_DIR/x"; [ $OOBX_RANK = 1 ] && exit 5; sleep 30'
-d=$(sed -n 's/^\[0\] //p' "$tmp/out")
+# rank 1's line: rank 0 may be ended before it prints (rank 1 fails at once)
+d=$(sed -n 's/^\[1\] //p' "$tmp/out")
 if [ -n "$d" ] && [ ! -e "$d" ]; then ok "OOBX_NODE_DIR: removed after a failure"
 else bad "OOBX_NODE_DIR: removed after a failure ($d)"; fi
 OOBX_NODE_DIR=/tmp check "OOBX_NODE_DIR kept when set" 0 '^\[0\] /tmp$' out -- -n 1 -- sh -c 'echo $OOBX_NODE_DIR'
