@@ -530,6 +530,11 @@ static int ucx_unavailable(const oobx_log_t *log, const char *fmt, ...)
     return OOBX_ERR_UNAVAILABLE;
 }
 
+int ucx_mm_pools_sized_by_user(void)
+{
+    return getenv("UCX_MM_RX_BUFS_GROW") || getenv("UCX_POSIX_RX_BUFS_GROW") || getenv("UCX_SYSV_RX_BUFS_GROW");
+}
+
 static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
 {
     const oobx_settings_t *set = p->settings;
@@ -626,7 +631,7 @@ static int ucx_create(const oobx_tp_params_t *p, oobx_tp_t **out)
      * creation: most of the worker's start-up (VM: 18 of 32 ms) for a
      * channel that holds a few messages at a time. 64 to begin with; the
      * pool still grows by 64 when more are held. */
-    if (!getenv("UCX_MM_RX_BUFS_GROW") && !getenv("UCX_POSIX_RX_BUFS_GROW") && !getenv("UCX_SYSV_RX_BUFS_GROW")) {
+    if (!ucx_mm_pools_sized_by_user()) {
         if (ucp_config_modify(cfg, "MM_RX_BUFS_GROW", UCX_MM_RX_GROW_DEFAULT) == UCS_OK)
             tp->mm_grow_set = 1;
         else

@@ -203,6 +203,9 @@ enum { UCX_RING_AUTO = 0, UCX_RING_PUT = 1, UCX_RING_TAG = 2 };
 #pragma GCC visibility push(hidden)
 
 /* ucx.c: endpoints, peers and failures */
+/* 1 when the user sized UCX's shared-memory receive pools (UCX_{MM,POSIX,SYSV}_RX_BUFS_GROW):
+ * ucx_create then leaves them as UCX makes them. */
+int ucx_mm_pools_sized_by_user(void);
 void ucx_mark_dirty(ucx_tp_t *tp, int peer);
 /* Records that peer failed (reported, once, at the end of progress). */
 void ucx_peer_fail(ucx_tp_t *tp, int peer, int status, const char *fmt, ...)

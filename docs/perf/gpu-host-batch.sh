@@ -50,14 +50,9 @@ if [[ " $parts " == *" auto "* ]]; then
 fi
 if [[ " $parts " == *" scale "* ]]; then
     echo "== scale: start-up, socket, 16 roots"
-    boot() { # n hosts
-        local n=$1 h=$2 per=$(( ($1 + $2 - 1) / $2 ))
-        OOBX_TRANSPORT=socket OOBX_BOOT_AT=$(python3 -c "import time;print('%.6f'%(time.time()+1.0+$n*0.0012))") \
-            oobx-run -n "$n" -r 16 --timeout 300 -- sh -c "OOBX_HOST_ID=\$((OOBX_RANK / $per)) exec oobx-boot --label=h$h" 2>&1 |
-            grep -o 'OOBX_BOOT_RESULT.*' | cut -d' ' -f2-
-    }
+    . "$D/docs/perf/scale/boot.sh"
     for i in 1 2 3; do
-        echo "S4096 $(boot 4096 1)"
-        echo "S10240 $(boot 10240 16)"
+        echo "S4096 $(boot 4096 1 16 X=1)"
+        echo "S10240 $(boot 10240 16 16 X=1)"
     done
 fi

@@ -457,7 +457,7 @@ static void ucx_shm_maps(size_t *posix_max, size_t *sysv_total)
 static void test_shm_pools_small(void **state)
 {
     (void)state;
-    int sized = getenv("UCX_MM_RX_BUFS_GROW") || getenv("UCX_POSIX_RX_BUFS_GROW") || getenv("UCX_SYSV_RX_BUFS_GROW");
+    int sized = ucx_mm_pools_sized_by_user();
     size_t posix0, sysv0, posix1, sysv1;
     ucx_shm_maps(&posix0, &sysv0);
     node_t *n = malloc(sizeof(node_t));

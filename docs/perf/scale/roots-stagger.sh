@@ -5,13 +5,7 @@
 #   source .dev/env.sh; bash docs/perf/scale/roots-stagger.sh [ROUNDS]
 # One line a run: the variant, then oobx-boot's JSON.
 rounds=${1:-2}
-boot() { # n hosts roots env...
-    local n=$1 h=$2 r=$3 per=$(( ($1 + $2 - 1) / $2 ))
-    shift 3
-    env "$@" OOBX_TRANSPORT=socket OOBX_BOOT_AT=$(python3 -c "import time;print('%.6f'%(time.time()+1.0+$n*0.0012))") \
-        oobx-run -n "$n" -r "$r" --timeout 300 -- sh -c "OOBX_HOST_ID=\$((OOBX_RANK / $per)) exec oobx-boot --label=h$h" 2>&1 |
-        grep -o 'OOBX_BOOT_RESULT.*' | cut -d' ' -f2-
-}
+. "$(dirname "$0")/boot.sh"
 for i in $(seq "$rounds"); do
     echo "S10240 r16 $(boot 10240 16 16 X=1)"
     echo "S10240 r16-nostagger $(boot 10240 16 16 OOBX_UID_STAGGER_THRESHOLD=10240)"
