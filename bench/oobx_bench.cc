@@ -63,6 +63,7 @@ struct Options {
     int window = 64;
     std::string variant;
     bool init_no_barrier = false;
+    bool oobx_mem = false; // --alloc=oobx: collective buffers from oobx_mem_alloc
 };
 
 struct Job {
@@ -211,12 +212,44 @@ void set_size_counters(benchmark::State &st, size_t bytes, double t, double algb
     st.counters["busbw_GBps"] = algbw * bus_factor;
 }
 
-void fill(std::vector<char> &buf, size_t off, size_t len, int who)
+// A collective's buffer: plain memory, or oobx_mem_alloc's with --alloc=oobx
+// (zero-filled either way).
+class Buffer {
+  public:
+    Buffer(Job &job, size_t bytes) : job_(job), n_(bytes)
+    {
+        if (job.opt.oobx_mem && bytes) {
+            void *p = nullptr;
+            CHECK(job, oobx_mem_alloc(job.comm, bytes, &p));
+            p_ = static_cast<char *>(p);
+        } else {
+            plain_.assign(bytes, 0);
+            p_ = plain_.data();
+        }
+    }
+    ~Buffer()
+    {
+        if (job_.opt.oobx_mem && n_)
+            oobx_mem_free(job_.comm, p_);
+    }
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+    char *data() { return p_; }
+    const char &operator[](size_t i) const { return p_[i]; }
+
+  private:
+    Job &job_;
+    size_t n_;
+    char *p_ = nullptr;
+    std::vector<char> plain_;
+};
+
+template <class B> void fill(B &buf, size_t off, size_t len, int who)
 {
     std::memset(buf.data() + off, (who * 37 + 11) & 0xff, len);
 }
 
-bool slice_ok(const std::vector<char> &buf, size_t off, size_t len, int who)
+template <class B> bool slice_ok(const B &buf, size_t off, size_t len, int who)
 {
     char want = char((who * 37 + 11) & 0xff);
     return len == 0 || (buf[off] == want && buf[off + len - 1] == want &&
@@ -228,7 +261,7 @@ bool slice_ok(const std::vector<char> &buf, size_t off, size_t len, int who)
 void bm_allgather(benchmark::State &st, Job &job, size_t size)
 {
     const int n = job.nranks;
-    std::vector<char> buf(size_t(n) * size);
+    Buffer buf(job, size_t(n) * size);
     fill(buf, size_t(job.rank) * size, size, job.rank);
     CHECK(job, oobx_allgather(job.comm, buf.data(), size));
     for (int r = 0; r < n; r++)
@@ -255,7 +288,7 @@ void bm_group_allgather(benchmark::State &st, Job &job, size_t size)
     std::vector<int> members = group_members(job.nranks);
     const int g = int(members.size());
     const bool in = job.rank < g;
-    std::vector<char> buf(size_t(g) * size);
+    Buffer buf(job, size_t(g) * size);
     if (in)
         fill(buf, size_t(job.rank) * size, size, job.rank);
     double t = run_batches(st, job, [&] {
@@ -876,6 +909,8 @@ bool take_options(int *argc, char **argv, Options *opt)
             opt->variant = v;
         else if (std::strcmp(a, "--init-no-barrier") == 0)
             opt->init_no_barrier = true;
+        else if ((v = val("--alloc=")))
+            ok = (opt->oobx_mem = std::strcmp(v, "oobx") == 0) || std::strcmp(v, "malloc") == 0;
         else {
             argv[out++] = argv[i];
             continue;
@@ -1002,6 +1037,8 @@ void print_help()
         "  --window=N          messages in flight in stream_bw (default %d)\n"
         "  --variant=NAME      a label for the report (default: the transport)\n"
         "  --init-no-barrier   comm_init destroys without waiting for every rank\n"
+        "  --alloc=malloc|oobx where the allgather buffers live: plain memory (default) or\n"
+        "                      oobx_mem_alloc's, which ranks of one host copy from directly\n"
         "  --benchmark_format=console|json         what rank 0 prints (default console)\n"
         "  --benchmark_out=FILE --benchmark_out_format=json|console   rank 0 writes FILE\n"
         "  -h, --help          this text (needs no job)\n"

@@ -18,7 +18,7 @@ extern "C" {
 /* The one source of the version: the build reads these three lines for the
  * soname (liboobx.so.MAJOR), the file name and oobx.pc. */
 #define OOBX_VERSION_MAJOR 1
-#define OOBX_VERSION_MINOR 1
+#define OOBX_VERSION_MINOR 2
 #define OOBX_VERSION_PATCH 0
 
 #define OOBX_VERSION_STR_(x) #x
@@ -120,6 +120,15 @@ OOBX_API int oobx_group_barrier(oobx_comm_t comm, const int *ranks, int n);
 OOBX_API int oobx_group_bcast(oobx_comm_t comm, const int *ranks, int n, int root_index,
                      void *buf, size_t bytes);
 
+/* Memory for large collectives within a host (since 1.2). Buffers in it let
+ * ranks of one host copy one another's slices once, at memcpy speed, where
+ * other memory is read with the kernel's cross-memory copy (or sent through
+ * the transport). *ptr is page-aligned, zero-filled, and usable with comm and
+ * the communicators split from it; it lives until oobx_mem_free, or until
+ * the last of those communicators is destroyed. Not collective. */
+OOBX_API int oobx_mem_alloc(oobx_comm_t comm, size_t bytes, void **ptr);
+OOBX_API int oobx_mem_free(oobx_comm_t comm, void *ptr); /* ptr as oobx_mem_alloc gave it; NULL is accepted */
+
 /* Collective over parent. color < 0: this rank joins no child (*child = NULL).
  * Ranks of a child are ordered by key, then by parent rank. */
 OOBX_API int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child);
@@ -133,7 +142,7 @@ OOBX_API int oobx_comm_destroy(oobx_comm_t comm);
 OOBX_API const char *oobx_strerror(int status);   /* "timed out" */
 OOBX_API const char *oobx_error_name(int status); /* "OOBX_ERR_TIMEOUT" */
 OOBX_API const char *oobx_last_error(void);       /* this thread's last detailed message */
-OOBX_API const char *oobx_version(void);           /* "1.1.0", the library's, not the header's */
+OOBX_API const char *oobx_version(void);           /* "1.2.0", the library's, not the header's */
 OOBX_API unsigned oobx_version_number(void); /* OOBX_VERSION_HEX of the library */
 
 #ifdef __cplusplus

@@ -46,6 +46,8 @@ typedef struct oobx_coll_counts {
     unsigned long long node;             /* allgathers through the host's shared buffer (node-aware path) */
     unsigned long long node_barrier;     /* barriers through it and the hosts' leaders (node-aware path) */
     unsigned long long direct_skipped;   /* allgathers that took the ring at once: their group fell back lately */
+    unsigned long long direct_mapped;    /* slices of direct allgathers copied through a mapping of a peer's
+                                          * oobx_mem_alloc memory (since 1.2) */
 } oobx_coll_counts_t;
 #define OOBX_COLL_COUNTS_INIT {.struct_size = sizeof(oobx_coll_counts_t)}
 OOBX_API int oobx_debug_coll_counts(oobx_comm_t comm, oobx_coll_counts_t *counts);

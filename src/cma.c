@@ -86,6 +86,12 @@ int oobx__cma_check(oobx__cma_peer_t *peer)
     return peer->state == OOBX_CMA_OK;
 }
 
+int oobx__cma_same(const oobx__cma_peer_t *peer)
+{
+    uint64_t w = 0;
+    return cma_read(peer->pid, &w, peer->word_addr, sizeof(w)) == (ssize_t)sizeof(w) && w == peer->word;
+}
+
 /* Reads len bytes at src into dst: 0, or -errno with the bytes it had left. */
 static int cma_read_all(uint32_t pid, void *dst, uint64_t src, size_t len, size_t *left)
 {

@@ -41,6 +41,7 @@ typedef struct oobx__cma_peer {
     uint32_t pid;
     uint64_t word_addr, word;
     char why[120];     /* why the state is NO, once it was tried */
+    int nomap;         /* mapping its memory failed once (mem.h): not tried again */
 } oobx__cma_peer_t;
 
 /* Fills self; enabled 0 leaves scope 0 (nothing offered). */
@@ -53,6 +54,9 @@ void oobx__cma_decode(const oobx__cma_self_t *self, const unsigned char in[OOBX_
 /* 1 when payloads may be pulled from peer, checking its identity the first
  * time (then state is OK or NO, and why says what failed). */
 int oobx__cma_check(oobx__cma_peer_t *peer);
+/* 1 when the process at the peer's pid still holds its word (it is still
+ * that rank: no other process took the pid since). */
+int oobx__cma_same(const oobx__cma_peer_t *peer);
 /* Reads len bytes at the peer's address src into dst. 0, or -errno (a short
  * read is -EFAULT); a failure marks the peer NO with why. */
 int oobx__cma_pull(oobx__cma_peer_t *peer, void *dst, uint64_t src, size_t len);

@@ -452,8 +452,9 @@ static int algo_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void 
 
 /* What every rank tells the others first: its cross-memory identity
  * (cma.h), then the address of its buffer and its bytes per rank (wire
- * order). */
-#define DIRECT_REC (OOBX_CMA_ID_BYTES + 16)
+ * order), then what memory lies under the buffer (mem.h: id 0 unless it is
+ * oobx_mem_alloc's). */
+#define DIRECT_REC (OOBX_CMA_ID_BYTES + 16 + OOBX_MEM_DESC_BYTES)
 
 /* What this endpoint knows of endpoint rank er, from the identity it sent
  * now: a check already made stands while the identity is the same. */
@@ -495,6 +496,9 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
     if (!ep->direct.peers) memset(mine, 0, 8); /* scope 0: this rank offers nothing */
     oobx__put_u64(mine + OOBX_CMA_ID_BYTES, (uint64_t)(uintptr_t)buf);
     oobx__put_u64(mine + OOBX_CMA_ID_BYTES + 8, bpr);
+    oobx__mem_desc_t md;
+    oobx__mem_describe(&ep->mem, buf, (size_t)n * bpr, &md);
+    oobx__mem_desc_encode(&md, mine + OOBX_CMA_ID_BYTES + 16);
     int rc = algo_allgather(c, g, recs, DIRECT_REC, "auto");
     if (rc != 0) goto out;
     uint64_t scope0, bpr0 = oobx__get_u64(recs + OOBX_CMA_ID_BYTES + 8);
@@ -528,9 +532,18 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
     for (int s = 1; s < n && !status; s++) {
         int q = (me + s) % n; /* each rank starts at another peer */
         const unsigned char *rq = recs + (size_t)q * DIRECT_REC;
-        oobx__cma_peer_t *p = direct_peer(ep, oobx__ep_view_rank(c, member(g, q)), rq);
+        int er = oobx__ep_view_rank(c, member(g, q));
+        oobx__cma_peer_t *p = direct_peer(ep, er, rq);
         uint64_t src = oobx__get_u64(rq + OOBX_CMA_ID_BYTES) + (uint64_t)q * bpr;
-        if (!oobx__cma_check(p) || oobx__cma_pull(p, buf + (size_t)q * bpr, src, bpr) != 0) {
+        oobx__mem_desc_decode(rq + OOBX_CMA_ID_BYTES + 16, &md);
+        int ok = oobx__cma_check(p);
+        if (ok && md.id && !p->nomap) {
+            if (oobx__mem_read(&ep->mem, p, er, &md, buf + (size_t)q * bpr, src, bpr) == 0)
+                continue; /* through a mapping of the peer's region: one copy at memcpy speed */
+            OOBX_DEBUG(c->log, "rank %d: allgather (direct): cannot map the region of group rank %d (%s); "
+                       "process_vm_readv instead", c->rank, q, p->why);
+        }
+        if (!ok || oobx__cma_pull(p, buf + (size_t)q * bpr, src, bpr) != 0) {
             status = 1u + (uint32_t)q;
             OOBX_DEBUG(c->log, "rank %d: allgather (direct): cannot read the slice of group rank %d: %s", c->rank, q,
                        p->why);

@@ -1,5 +1,6 @@
 /* Communicators: init (root rendezvous, ring, address allgather), the
  * collective calls, split, abort and destroy. p2p calls are in p2p.c. */
+#include <errno.h>
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1216,8 +1217,35 @@ int oobx_debug_coll_counts(oobx_comm_t c, oobx_coll_counts_t *t)
     all.node_barrier = c->v.ep->direct.node_barrier;
     all.direct_skipped = c->v.ep->direct.skipped;
     pthread_mutex_unlock(&c->v.ep->lock);
+    pthread_mutex_lock(&c->v.ep->mem.lock);
+    all.direct_mapped = c->v.ep->mem.mapped_reads;
+    pthread_mutex_unlock(&c->v.ep->mem.lock);
     return sized_out("oobx_debug_coll_counts", t, t->struct_size, &all, sizeof(all),
                      offsetof(oobx_coll_counts_t, direct) + sizeof(all.direct));
+}
+
+/* ---- memory for large collectives within a host (mem.h) ---- */
+
+int oobx_mem_alloc(oobx_comm_t c, size_t bytes, void **ptr)
+{
+    if (!c || !ptr) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_mem_alloc: NULL argument");
+    *ptr = NULL;
+    char why[200];
+    int rc = oobx__mem_alloc(&c->v.ep->mem, bytes, ptr, why, sizeof(why));
+    if (rc == 0) return 0;
+    return oobx__fail(&c->log, rc == -EINVAL ? OOBX_ERR_INVALID : rc == -ENOMEM ? OOBX_ERR_NOMEM : OOBX_ERR_SYSTEM,
+                      "oobx_mem_alloc: %s", why);
+}
+
+int oobx_mem_free(oobx_comm_t c, void *ptr)
+{
+    if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_mem_free: communicator is NULL");
+    if (!ptr) return 0;
+    if (oobx__mem_free(&c->v.ep->mem, ptr) != 0)
+        return oobx__fail(&c->log, OOBX_ERR_INVALID,
+                          "oobx_mem_free: %p is not memory that oobx_mem_alloc gave this communicator (or its "
+                          "parent or children)", ptr);
+    return 0;
 }
 
 int oobx_debug_count_fds(void)

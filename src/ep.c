@@ -771,6 +771,7 @@ int oobx__ep_create(const oobx_settings_t *s, const oobx_log_t *log, oobx_ep_t *
     oobx_ep_t *ep = calloc(1, sizeof(*ep));
     if (!ep) return OOBX_ERR_NOMEM;
     pthread_mutex_init(&ep->lock, NULL);
+    oobx__mem_init(&ep->mem);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -884,6 +885,7 @@ void oobx__ep_release(oobx_ep_t *ep)
     free(ep->used);
     free(ep->ux_bytes);
     free(ep->direct.peers);
+    oobx__mem_fini(&ep->mem);
     free(ep->spare_rreq);
     free(ep->spare_sreq);
     if (ep->wake_fd >= 0) close(ep->wake_fd);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "cma.h"
+#include "mem.h"
 #include "log.h"
 #include "oobx.h"
 #include "settings.h"
@@ -163,6 +164,8 @@ typedef struct oobx_ep {
         uint64_t node_barrier;     /* barriers the same way */
         uint64_t skipped;          /* calls that took the ring at once after their group's fallback (coll.h) */
     } direct;
+    /* oobx_mem_alloc's regions, and the peers' regions mapped here (mem.h) */
+    oobx__mem_t mem;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;
     /* where a peer's address is read the first time it is needed (the host's

@@ -305,6 +305,95 @@ static int rank_direct_fallback(harness_rank_t *r)
     return 0;
 }
 
+/* One allgather into buf (n slices of b) with salt; the counts it added. */
+static oobx_coll_counts_t mem_allgather(harness_rank_t *r, oobx_comm_t c, unsigned char *buf, size_t b,
+                                        unsigned salt, const char *what)
+{
+    int n, me;
+    H_OK(r, oobx_comm_size(c, &n));
+    H_OK(r, oobx_comm_rank(c, &me));
+    oobx_coll_counts_t was = OOBX_COLL_COUNTS_INIT, now = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &was));
+    memset(buf, 0xee, (size_t)n * b);
+    harness_fill(buf + (size_t)me * b, b, me, salt);
+    int rc = oobx_allgather(c, buf, b);
+    if (rc != OOBX_SUCCESS)
+        H_FAIL(r, "%s: oobx_allgather: %s: %s", what, oobx_error_name(rc), oobx_last_error());
+    for (int q = 0; q < n; q++)
+        harness_verify(r, buf + (size_t)q * b, b, q, salt, "%s: slice %d", what, q);
+    H_OK(r, oobx_debug_coll_counts(c, &now));
+    now.direct -= was.direct;
+    now.direct_fallbacks -= was.direct_fallbacks;
+    now.direct_mapped -= was.direct_mapped;
+    return now;
+}
+
+/* Buffers of oobx_mem_alloc: the direct allgather copies the peers' slices
+ * through mappings of their memory (n - 1 a call), with the right data
+ * after a buffer is freed and another allocated, from inside a region, in
+ * a split child, and beside a rank whose buffer is plain memory (read with
+ * process_vm_readv); the descriptor count stays bounded over many calls;
+ * misuse is a clear error. */
+static int rank_mem_alloc(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    const int n = r->nranks, me = r->rank;
+    const size_t b = 300000;
+    unsigned char *buf = NULL;
+    H_OK(r, oobx_mem_alloc(c, (size_t)n * b, (void **)&buf));
+    if (!buf || (uintptr_t)buf % 4096) H_FAIL(r, "oobx_mem_alloc gave %p: not page-aligned", (void *)buf);
+    for (size_t i = 0; i < (size_t)n * b; i += 4093)
+        if (buf[i]) H_FAIL(r, "oobx_mem_alloc: byte %zu is %u, not zero", i, buf[i]);
+    oobx_coll_counts_t d = mem_allgather(r, c, buf, b, 1, "oobx_mem_alloc buffer");
+    if (d.direct != 1 || d.direct_mapped != (unsigned long long)(n - 1) || d.direct_fallbacks)
+        H_FAIL(r, "first call: %llu direct, %llu slices mapped, %llu fallbacks; want 1, %d, 0", d.direct,
+               d.direct_mapped, d.direct_fallbacks, n - 1);
+    int fds = oobx_debug_count_fds();
+    for (unsigned k = 0; k < 20; k++) {
+        d = mem_allgather(r, c, buf, b, 10 + k, "oobx_mem_alloc buffer, again");
+        if (d.direct_mapped != (unsigned long long)(n - 1))
+            H_FAIL(r, "call %u: %llu slices mapped, want %d", k + 2, d.direct_mapped, n - 1);
+    }
+    if (oobx_debug_count_fds() != fds)
+        H_FAIL(r, "open descriptors went from %d to %d over 20 calls", fds, oobx_debug_count_fds());
+    /* another buffer where the first was: the peers must not read the old one */
+    H_OK(r, oobx_mem_free(c, buf));
+    unsigned char *big = NULL;
+    H_OK(r, oobx_mem_alloc(c, (size_t)n * b + 3 * 4096, (void **)&big));
+    d = mem_allgather(r, c, big + 8192, b, 50, "inside a larger region");
+    if (d.direct_mapped != (unsigned long long)(n - 1))
+        H_FAIL(r, "inside a larger region: %llu slices mapped, want %d", d.direct_mapped, n - 1);
+    /* a split child shares the memory */
+    oobx_comm_t child = NULL;
+    H_OK(r, oobx_comm_split(c, 0, n - 1 - me, &child));
+    d = mem_allgather(r, child, big, b, 60, "split child");
+    if (d.direct_mapped != (unsigned long long)(n - 1))
+        H_FAIL(r, "split child: %llu slices mapped, want %d", d.direct_mapped, n - 1);
+    H_OK(r, oobx_comm_destroy(child));
+    /* rank 0 passes plain memory: its slice goes by process_vm_readv */
+    unsigned char *plain = me == 0 ? xmalloc(r, (size_t)n * b) : big;
+    d = mem_allgather(r, c, plain, b, 70, "rank 0 with plain memory");
+    /* rank 0 maps every peer; the others every peer but rank 0 */
+    unsigned long long want = (unsigned long long)(me == 0 ? n - 1 : n - 2);
+    if (d.direct != 1 || d.direct_mapped != want)
+        H_FAIL(r, "rank 0 with plain memory: %llu direct, %llu slices mapped; want 1, %llu", d.direct, d.direct_mapped,
+               want);
+    if (me == 0) free(plain);
+    /* misuse */
+    int x = 0;
+    void *p = &x;
+    int rc = oobx_mem_free(c, &x);
+    if (rc != OOBX_ERR_INVALID || !strstr(oobx_last_error(), "not memory that oobx_mem_alloc gave"))
+        H_FAIL(r, "oobx_mem_free of a stack address: %s (%s)", oobx_error_name(rc), oobx_last_error());
+    rc = oobx_mem_alloc(c, 0, &p);
+    if (rc != OOBX_ERR_INVALID || p != NULL) H_FAIL(r, "oobx_mem_alloc of 0 bytes: %s", oobx_error_name(rc));
+    H_OK(r, oobx_mem_free(c, NULL));
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_mem_free(c, big));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
 /* The launcher's local pair feeds the node-aware bootstrap (env path,
  * OOBX_NODE_AWARE_MIN=2). p.count: 0 the launcher puts all ranks on this
  * host, they share one table; 1 it says two nodes of n/2 ranks under this one
@@ -1534,6 +1623,10 @@ static void build_cases(conf_suite_t *s)
         c->job.call_timeout_ms = 10000;
         c->env[0] = "OOBX_NODE_BUF=0"; /* never the node-aware path's shared buffer */
     }
+    /* oobx_mem_alloc's memory: the mapped path of the direct allgather */
+    c = add_case(s, "allgather_mem_alloc_n4", rank_mem_alloc, 4, 1);
+    c->job.call_timeout_ms = 10000;
+    c->env[0] = "OOBX_NODE_BUF=0"; /* never the node-aware path's shared buffer */
     c = add_case(s, "bcast_root_mismatch_n4", rank_call_mismatch, 4, 1);
     c->job.call_timeout_ms = 10000;
     c->p.count = 0;
