@@ -13,7 +13,10 @@
  *                     "cpu_check_mean_ms" (this program's check), user and system time, context
  *                     switches (voluntary, involuntary) and minor page faults per rank}
  *
- *   OOBX_BOOT_AT=$(date +%s.%N -d '+5 sec') oobx-run -n 4096 -r 16 -- oobx-boot [--label=NAME]
+ *   OOBX_BOOT_AT=$(date +%s.%N -d '+5 sec') oobx-run -n 4096 -r 16 -- oobx-boot [--label=NAME] [--table]
+ *
+ * --table takes the cards with oobx_allgather_table instead: the host's
+ * shared table, checked where it lies, no copy into each rank.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -114,11 +117,14 @@ static int first_bad_card(const unsigned char *cards, int n)
 int main(int argc, char **argv)
 {
     const char *label = "", *dump = NULL;
+    int table = 0;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--label=", 8)) label = argv[i] + 8;
         else if (!strncmp(argv[i], "--dump=", 7)) dump = argv[i] + 7;
+        else if (!strcmp(argv[i], "--table")) table = 1;
         else if (!strcmp(argv[i], "--help")) {
-            printf("usage: OOBX_BOOT_AT=<epoch s> oobx-run -n N [-r R] -- oobx-boot [--label=NAME] [--dump=FILE]\n"
+            printf("usage: OOBX_BOOT_AT=<epoch s> oobx-run -n N [-r R] -- oobx-boot [--label=NAME] [--dump=FILE] [--table]\n"
+                   "  --table      the cards through oobx_allgather_table (one table a host, no copy a rank)\n"
                    "  --dump=FILE  rank 0 also writes every rank's figures to FILE (CSV, one row per rank)\n");
             return 0;
         } else {
@@ -148,17 +154,25 @@ int main(int argc, char **argv)
     int rank, n;
     oobx_comm_rank(comm, &rank);
     oobx_comm_size(comm, &n);
-    unsigned char *cards = malloc((size_t)n * CARD);
-    if (!cards) return 2;
-    card_of(rank, cards + (size_t)rank * CARD);
-    rc = oobx_allgather(comm, cards, CARD);
+    unsigned char *cards = NULL;
+    const void *shared = NULL;
+    if (table) {
+        unsigned char card[CARD];
+        card_of(rank, card);
+        rc = oobx_allgather_table(comm, card, CARD, &shared);
+    } else {
+        cards = malloc((size_t)n * CARD);
+        if (!cards) return 2;
+        card_of(rank, cards + (size_t)rank * CARD);
+        rc = oobx_allgather(comm, cards, CARD);
+    }
     double end = now_s();
     double cpu_ag = cpu_s() - cpu0 - cpu_init;
     if (rc) {
         fprintf(stderr, "oobx-boot: rank %d: allgather: %s\n", rank, oobx_last_error());
         return 2;
     }
-    int bad = first_bad_card(cards, n);
+    int bad = first_bad_card(table ? shared : cards, n);
     if (bad >= 0) {
         fprintf(stderr, "oobx-boot: rank %d: the card of rank %d is wrong\n", rank, bad);
         return 3;
@@ -173,6 +187,7 @@ int main(int argc, char **argv)
         return 2;
     }
     free(cards);
+    oobx_allgather_table_release(comm, shared);
 
     oobx_init_timings_t t = OOBX_INIT_TIMINGS_INIT;
     oobx_comm_get_init_timings(comm, &t);
@@ -210,10 +225,10 @@ int main(int argc, char **argv)
         const char *roots = getenv("OOBX_COMM_ID");
         int nroots = 1;
         for (const char *p = roots ? roots : ""; *p; p++) nroots += *p == ',';
-        printf("OOBX_BOOT_RESULT {\"label\": \"%s\", \"transport\": \"%s\", \"ranks\": %d, \"roots\": %d, "
+        printf("OOBX_BOOT_RESULT {\"label\": \"%s\", \"transport\": \"%s\", \"table\": %d, \"ranks\": %d, \"roots\": %d, "
                "\"hosts\": %d, \"ranks_per_host_rank0\": %d, \"boot_s\": %.6f, \"late_starts\": %d, "
                "\"late_max_s\": %.6f",
-               label, oobx_comm_transport(comm), n, nroots, t.hosts, t.local_ranks, mx[F_END], lates,
+               label, oobx_comm_transport(comm), table, n, nroots, t.hosts, t.local_ranks, mx[F_END], lates,
                mx[F_START] > 0 ? mx[F_START] : 0.0);
         for (int f = F_TOTAL; f < F_FDS; f++)
             printf(", \"%s_max_s\": %.6f, \"%s_mean_s\": %.6f", names[f], mx[f], names[f], sum[f] / n);

@@ -102,6 +102,20 @@ OOBX_API const char *oobx_comm_transport(oobx_comm_t comm); /* "socket", "ucx", 
  * is at rank * bytes_per_rank. */
 OOBX_API int oobx_allgather(oobx_comm_t comm, void *buf, size_t bytes_per_rank);
 
+/* An allgather whose result is not copied into every rank (since 1.2):
+ * mine is this rank's slice; *table is a read-only table of nranks slices
+ * of bytes_per_rank. Where the ranks of a host take the node-aware path, it
+ * is the host's shared buffer: one copy of the table per host, none per
+ * rank, which is what start-up at many ranks a host needs. Otherwise a
+ * buffer of the library. Release it with oobx_allgather_table_release (the
+ * communicator's destroy releases what is left); a table held over two
+ * more collective calls of the communicator makes the second fail with
+ * OOBX_ERR_INVALID, as its buffer is the one held. Collective, like
+ * oobx_allgather. */
+OOBX_API int oobx_allgather_table(oobx_comm_t comm, const void *mine, size_t bytes_per_rank,
+                                  const void **table);
+OOBX_API int oobx_allgather_table_release(oobx_comm_t comm, const void *table); /* NULL is accepted */
+
 /* Tagged point-to-point. Messages between a pair with the same tag are
  * received in the order they were sent. oobx_send returns once buf may be
  * reused. Safe from several threads of one communicator at once. */

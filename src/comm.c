@@ -77,6 +77,7 @@ static void comm_release_ep(struct oobx_comm *c)
 static void comm_free(struct oobx_comm *c)
 {
     if (!c) return;
+    free(c->tables);
     free(c->node.members);
     free(c->ep_rank);
     free(c->gseq);
@@ -781,9 +782,20 @@ static void node_sig_name(uint64_t sig, char *buf, size_t len)
     else snprintf(buf, len, "oobx_allgather of %llu bytes per rank", (unsigned long long)sig);
 }
 
+/* What oobx_allgather_table asks of node_collective: this rank's slice
+ * comes from mine, and the result stays in the host's shared buffer, which
+ * this rank does not leave (b and k say which use it holds). */
+typedef struct node_hold {
+    const void *mine;
+    const unsigned char *data;
+    int b;
+    uint32_t k;
+} node_hold_t;
+
 /* Within a host through the shared buffer, across hosts among the leaders.
- * barrier: the same steps without slices (bpr 0, buf unused). */
-static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barrier)
+ * barrier: the same steps without slices (bpr 0, buf unused). hold: NULL,
+ * or the result is left in the shared buffer (oobx_allgather_table). */
+static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barrier, node_hold_t *hold)
 {
     int rank = c->v.rank, nranks = c->v.nranks, L = c->node.local_size;
     unsigned op = barrier ? COLL_OP_NODE_BARRIER : COLL_OP_NODE_ALLGATHER;
@@ -792,6 +804,15 @@ static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barri
     if (barrier) bpr = 0;
     oobx__node_t *seg = c->node.seg;
     pthread_mutex_lock(&c->v.ep->lock);
+    if (c->node.held[c->node.uses & 1]) {
+        /* its next use waits for every rank of the host to leave it, this one too */
+        pthread_mutex_unlock(&c->v.ep->lock);
+        return oobx__fail(&c->log, OOBX_ERR_INVALID,
+                          "%s: rank %d still holds the table of an oobx_allgather_table two collective calls ago, "
+                          "in the host's shared buffer this call needs: release it first "
+                          "(oobx_allgather_table_release)",
+                          fn, rank);
+    }
     uint32_t u = c->node.uses++;
     uint32_t seq = c->coll_seq++;
     /* the call on the communicator's count: a rank that makes another call
@@ -806,12 +827,12 @@ static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barri
     int rc = oobx__node_ag_enter(seg, b, k, sig);
     if (rc != 0) return rc;
     unsigned char *data = oobx__node_data(seg, b);
-    if (bpr) memcpy(data + (size_t)rank * bpr, (char *)buf + (size_t)rank * bpr, bpr);
+    if (bpr) memcpy(data + (size_t)rank * bpr, hold ? hold->mine : (char *)buf + (size_t)rank * bpr, bpr);
     oobx__node_ag_arrive(seg, b, k);
     size_t all = (size_t)nranks * bpr;
     /* a fresh result buffer's pages are mapped while this rank waits (a
      * member) or just before the copy (the leader, whose ring comes first) */
-    if (!c->node.leader && bpr) oobx__prefault_write(buf, all);
+    if (!c->node.leader && bpr && !hold) oobx__prefault_write(buf, all);
     if (c->node.leader) {
         int mr = -1;
         uint64_t mb = 0;
@@ -865,9 +886,15 @@ static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barri
             node_fail(c, -1, rc, origin ? origin : oobx_last_error());
         }
     }
-    if (rc == 0 && c->node.leader && bpr) oobx__prefault_write(buf, all);
-    if (rc == 0 && bpr) memcpy(buf, data, all);
-    oobx__node_ag_leave(seg, b, k);
+    if (rc == 0 && hold) {
+        hold->data = data;
+        hold->b = b;
+        hold->k = k;
+    } else {
+        if (rc == 0 && c->node.leader && bpr) oobx__prefault_write(buf, all);
+        if (rc == 0 && bpr) memcpy(buf, data, all);
+        oobx__node_ag_leave(seg, b, k);
+    }
     if (rc == 0) {
         pthread_mutex_lock(&c->v.ep->lock);
         if (barrier) c->v.ep->direct.node_barrier++;
@@ -1337,13 +1364,95 @@ int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)
 {
     if (c && buf && node_allgather_fits(c, bpr)) {
         int rc = oobx__comm_check(c, "oobx_allgather");
-        return rc ? rc : node_collective(c, buf, bpr, 0);
+        return rc ? rc : node_collective(c, buf, bpr, 0, NULL);
     }
     COLL_ENTER("oobx_allgather");
     if (!buf && bpr) rc = oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather: rank %d: buf is NULL", c->v.rank);
     coll_group_t g = whole(c);
     if (rc == 0) rc = oobx__coll_allgather(&c->v, &g, buf, bpr, c->settings.allgather_algo);
     COLL_LEAVE();
+}
+
+int oobx_allgather_table(oobx_comm_t c, const void *mine, size_t bpr, const void **table)
+{
+    if (!c || !table || (!mine && bpr))
+        return oobx__fail(c ? &c->log : NULL, OOBX_ERR_INVALID, "oobx_allgather_table: NULL argument");
+    *table = NULL;
+    int rc = oobx__comm_check(c, "oobx_allgather_table");
+    if (rc) return rc;
+    pthread_mutex_lock(&c->v.ep->lock);
+    if (c->ntables == c->captables) {
+        int cap = c->captables ? 2 * c->captables : 4;
+        struct held_table *t = realloc(c->tables, (size_t)cap * sizeof(*t));
+        if (t) {
+            c->tables = t;
+            c->captables = cap;
+        }
+    }
+    int room = c->ntables < c->captables;
+    pthread_mutex_unlock(&c->v.ep->lock);
+    if (!room) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "oobx_allgather_table: out of memory");
+    struct held_table h = {.b = -1};
+    if (node_allgather_fits(c, bpr)) {
+        /* one table per host: the host's shared buffer, which this rank
+         * leaves at its release */
+        node_hold_t hold = {.mine = mine};
+        rc = node_collective(c, NULL, bpr, 0, &hold);
+        if (rc) return rc;
+        h.table = hold.data;
+        h.b = hold.b;
+        h.k = hold.k;
+    } else {
+        size_t all = (size_t)c->v.nranks * (bpr ? bpr : 1);
+        if (bpr && all / bpr != (size_t)c->v.nranks)
+            return oobx__fail(&c->log, OOBX_ERR_INVALID, "oobx_allgather_table: %zu bytes per rank of %d ranks: too many",
+                              bpr, c->v.nranks);
+        h.own = malloc(all);
+        if (!h.own) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "oobx_allgather_table: out of memory for %zu bytes", all);
+        if (bpr) memcpy((char *)h.own + (size_t)c->v.rank * bpr, mine, bpr);
+        rc = oobx_allgather(c, h.own, bpr);
+        if (rc) {
+            free(h.own);
+            return rc;
+        }
+        h.table = h.own;
+    }
+    pthread_mutex_lock(&c->v.ep->lock);
+    if (h.b >= 0) c->node.held[h.b] = 1;
+    c->tables[c->ntables++] = h;
+    pthread_mutex_unlock(&c->v.ep->lock);
+    *table = h.table;
+    return 0;
+}
+
+/* Lets go of table i of c (under the endpoint's lock). */
+static void table_drop(struct oobx_comm *c, int i)
+{
+    struct held_table h = c->tables[i];
+    c->tables[i] = c->tables[--c->ntables];
+    if (h.b >= 0) {
+        c->node.held[h.b] = 0;
+        oobx__node_ag_leave(c->node.seg, h.b, h.k);
+    }
+    free(h.own);
+}
+
+int oobx_allgather_table_release(oobx_comm_t c, const void *table)
+{
+    if (!c) return oobx__fail(NULL, OOBX_ERR_INVALID, "oobx_allgather_table_release: communicator is NULL");
+    if (!table) return 0;
+    pthread_mutex_lock(&c->v.ep->lock);
+    for (int i = 0; i < c->ntables; i++) {
+        if (c->tables[i].table != table) continue;
+        table_drop(c, i);
+        pthread_mutex_unlock(&c->v.ep->lock);
+        return 0;
+    }
+    pthread_mutex_unlock(&c->v.ep->lock);
+    return oobx__fail(&c->log, OOBX_ERR_INVALID,
+                      "oobx_allgather_table_release: %p is no table that oobx_allgather_table gave this communicator "
+                      "(or it was released already)",
+                      table);
 }
 
 /* Above this many hosts the leaders' ring (one step a host) is slower than
@@ -1356,7 +1465,7 @@ int oobx_barrier(oobx_comm_t c)
         /* no connection beyond those init made: the host's shared memory,
          * then the leaders' ring (the same answer on every rank) */
         int rc = oobx__comm_check(c, "oobx_barrier");
-        return rc ? rc : node_collective(c, NULL, 0, 1);
+        return rc ? rc : node_collective(c, NULL, 0, 1, NULL);
     }
     COLL_ENTER("oobx_barrier");
     coll_group_t g = whole(c);
@@ -1512,6 +1621,7 @@ int oobx_comm_destroy(oobx_comm_t c)
     node_tell_failure(c);
     int shared = c->v.ep->refs > 1;
     if (shared) oobx__ep_purge_ctx(c->v.ep, c->v.ctx);
+    while (c->ntables) table_drop(c, c->ntables - 1);
     pthread_mutex_unlock(&c->v.ep->lock);
     comm_release_ep(c);
     comm_free(c);

@@ -43,7 +43,16 @@ struct oobx_comm {
         int *members;           /* leaders: the host's ranks */
         uint32_t uses;          /* node-aware allgathers so far */
         oobx_cancel_t cancel;   /* the deadline of the call in progress, and the aborts */
+        int held[2];            /* this rank holds the table of buffer b (oobx_allgather_table) */
     } node;
+    /* tables of oobx_allgather_table not released yet */
+    struct held_table {
+        const void *table;
+        int b;        /* the host's shared buffer it is (and use k of it); -1: own memory (own) */
+        uint32_t k;
+        void *own;
+    } *tables;
+    int ntables, captables;
 };
 
 struct root_handle;

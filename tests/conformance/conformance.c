@@ -394,6 +394,70 @@ static int rank_mem_alloc(harness_rank_t *r)
     return 0;
 }
 
+/* oobx_allgather_table: the right slices without a copy into the rank
+ * (node-aware: the host's shared buffer, counted as a node-aware call; a
+ * table too large for it, or a flat communicator: the library's memory);
+ * a table held over two more collective calls makes the second fail on
+ * every rank with a clear error, and works again after its release;
+ * release of what is no table is an error; destroy releases the rest. */
+static int rank_allgather_table(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    const int n = r->nranks, me = r->rank;
+    oobx_init_timings_t it = OOBX_INIT_TIMINGS_INIT;
+    H_OK(r, oobx_comm_get_init_timings(c, &it));
+    const int node = it.hosts > 0;
+    unsigned char mine[128];
+    harness_fill(mine, sizeof mine, me, 5);
+    oobx_coll_counts_t was = OOBX_COLL_COUNTS_INIT, now = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &was));
+    const void *t1 = NULL;
+    H_OK(r, oobx_allgather_table(c, mine, sizeof mine, &t1));
+    for (int q = 0; q < n; q++)
+        harness_verify(r, (const unsigned char *)t1 + (size_t)q * sizeof mine, sizeof mine, q, 5, "table slice %d", q);
+    H_OK(r, oobx_debug_coll_counts(c, &now));
+    if (now.node - was.node != (unsigned long long)node)
+        H_FAIL(r, "the table counted %llu node-aware calls; init found %d hosts", now.node - was.node, it.hosts);
+    /* one call later the other buffer is free; the next needs t1's */
+    H_OK(r, oobx_barrier(c));
+    unsigned char *buf = xmalloc(r, (size_t)n * 64);
+    harness_fill(buf + (size_t)me * 64, 64, me, 6);
+    int rc = oobx_allgather(c, buf, 64);
+    if (node && (rc != OOBX_ERR_INVALID || !strstr(oobx_last_error(), "still holds the table")))
+        H_FAIL(r, "an allgather while the table is held: %s (%s); want OOBX_ERR_INVALID", oobx_error_name(rc),
+               oobx_last_error());
+    if (!node && rc != OOBX_SUCCESS) H_FAIL(r, "allgather with a table held: %s", oobx_last_error());
+    /* the table is still right, and after its release the call works */
+    harness_verify(r, (const unsigned char *)t1 + (size_t)me * sizeof mine, sizeof mine, me, 5, "table after");
+    H_OK(r, oobx_allgather_table_release(c, t1));
+    rc = oobx_allgather_table_release(c, t1);
+    if (rc != OOBX_ERR_INVALID) H_FAIL(r, "a second release: %s, want OOBX_ERR_INVALID", oobx_error_name(rc));
+    H_OK(r, oobx_allgather_table_release(c, NULL));
+    memset(buf, 0, (size_t)n * 64);
+    harness_fill(buf + (size_t)me * 64, 64, me, 7);
+    H_OK(r, oobx_allgather(c, buf, 64));
+    for (int q = 0; q < n; q++) harness_verify(r, buf + (size_t)q * 64, 64, q, 7, "allgather after release, slice %d", q);
+    free(buf);
+    /* larger than the host's shared buffer: the library's memory */
+    const size_t big = (size_t)2 << 20;
+    unsigned char *bm = xmalloc(r, big);
+    harness_fill(bm, big, me, 8);
+    const void *t2 = NULL;
+    H_OK(r, oobx_allgather_table(c, bm, big, &t2));
+    for (int q = 0; q < n; q++)
+        harness_verify(r, (const unsigned char *)t2 + (size_t)q * big, big, q, 8, "large table slice %d", q);
+    free(bm);
+    H_OK(r, oobx_allgather_table_release(c, t2));
+    /* held at destroy: destroy lets go of it */
+    const void *t3 = NULL;
+    harness_fill(mine, sizeof mine, me, 9);
+    H_OK(r, oobx_allgather_table(c, mine, sizeof mine, &t3));
+    harness_verify(r, (const unsigned char *)t3 + (size_t)(n - 1) * sizeof mine, sizeof mine, n - 1, 9, "table 3");
+    H_OK(r, oobx_barrier(c));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
 /* The launcher's local pair feeds the node-aware bootstrap (env path,
  * OOBX_NODE_AWARE_MIN=2). p.count: 0 the launcher puts all ranks on this
  * host, they share one table; 1 it says two nodes of n/2 ranks under this one
@@ -1623,6 +1687,8 @@ static void build_cases(conf_suite_t *s)
         c->job.call_timeout_ms = 10000;
         c->env[0] = "OOBX_NODE_BUF=0"; /* never the node-aware path's shared buffer */
     }
+    c = add_case(s, "allgather_table_n5", rank_allgather_table, 5, 1);
+    c->job.call_timeout_ms = 10000;
     /* oobx_mem_alloc's memory: the mapped path of the direct allgather */
     c = add_case(s, "allgather_mem_alloc_n4", rank_mem_alloc, 4, 1);
     c->job.call_timeout_ms = 10000;
