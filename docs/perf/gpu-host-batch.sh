@@ -9,9 +9,10 @@
 # allgather 1 MiB/rank at 2, 4, 8 ranks over UCX shared memory against
 # ucx_perftest ucp_put_bw; auto = init at 16 and 64 ranks, auto against
 # socket and ucx; scale = start-up at 4096 ranks (one host) and 10,240 (16
-# emulated hosts), 16 roots, socket.
+# emulated hosts), 16 roots, socket; table = the same, alternating
+# oobx_allgather and oobx_allgather_table (oobx-boot --table).
 set -u
-parts=${1:-p2p bw auto scale}
+parts=${1:-p2p bw auto scale table}
 D=$(cd "$(dirname "$0")/../.." && pwd)
 B=${BUNDLE:-$D/.dev}
 export OOBX_SOCKET_IFNAME=lo UCX_NET_DEVICES=lo OOBX_MODULE_DIR=$B/lib/oobx
@@ -23,11 +24,11 @@ perftest() { # test size
     ucx_perftest 127.0.0.1 -t "$1" -s "$2" -n "$3" -w 1000 -p "$port" 2>&1 | awk -v t="$1" '/^Final:/ { print "ucx_perftest", t, "final:", $0 }'
     wait
 }
-bench() { # n filter sizes env...
+bench() { # n filter sizes env... (BENCH_ARGS: more oobx-bench options)
     local n=$1 f=$2 s=$3
     shift 3
-    env "$@" timeout 120 oobx-run -n "$n" -- oobx-bench --benchmark_filter="$f" --sizes="$s" --batches=10 2>&1 |
-        grep -E '^\[0\] [a-z_]+/' | awk -v n="$n" -v e="$*" '{ print "n" n, e, $2, $5, $6, "best", $7, "busbw", $13 }'
+    env "$@" timeout 120 oobx-run -n "$n" -- oobx-bench --benchmark_filter="$f" --sizes="$s" --batches=10 ${BENCH_ARGS:-} 2>&1 |
+        grep -E '^\[0\] [a-z_]+/' | awk -v n="$n" -v e="$* ${BENCH_ARGS:-}" '{ print "n" n, e, $2, $5, $6, "best", $7, "busbw", $13 }'
 }
 if [[ " $parts " == *" p2p "* ]]; then
     echo "== p2p: 2 ranks, 8 B, one way (time, best batch)"
@@ -40,7 +41,11 @@ fi
 if [[ " $parts " == *" bw "* ]]; then
     echo "== bw: allgather 1 MiB/rank, UCX shared memory"
     for i in 1 2; do
-        for n in 2 4 8; do bench "$n" '^allgather/' 1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self; done
+        for n in 2 4 8; do
+            bench "$n" '^allgather/' 1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self
+            BENCH_ARGS=--alloc=oobx bench "$n" '^allgather/' 1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self
+            BENCH_ARGS=--alloc=oobx bench "$n" '^allgather/' 1M OOBX_TRANSPORT=socket
+        done
         perftest ucp_put_bw 1048576 2000
     done
 fi
@@ -54,5 +59,15 @@ if [[ " $parts " == *" scale "* ]]; then
     for i in 1 2 3; do
         echo "S4096 $(boot 4096 1 16 X=1)"
         echo "S10240 $(boot 10240 16 16 X=1)"
+    done
+fi
+if [[ " $parts " == *" table "* ]]; then
+    echo "== table: start-up, socket, 16 roots, oobx_allgather against oobx_allgather_table"
+    . "$D/docs/perf/scale/boot.sh"
+    for i in 1 2 3; do
+        echo "S4096 $(boot 4096 1 16 X=1)"
+        echo "T4096 $(BOOT_ARGS=--table boot 4096 1 16 X=1)"
+        echo "S10240 $(boot 10240 16 16 X=1)"
+        echo "T10240 $(BOOT_ARGS=--table boot 10240 16 16 X=1)"
     done
 fi
