@@ -63,7 +63,7 @@ struct Options {
     int window = 64;
     std::string variant;
     bool init_no_barrier = false;
-    bool oobx_mem = false; // --alloc=oobx: collective buffers from oobx_mem_alloc
+    bool oobx_mem = false; // --alloc=oobx: allgather and bcast buffers from oobx_mem_alloc
 };
 
 struct Job {
@@ -301,7 +301,7 @@ void bm_group_allgather(benchmark::State &st, Job &job, size_t size)
 
 void bm_bcast(benchmark::State &st, Job &job, size_t size)
 {
-    std::vector<char> buf(size);
+    Buffer buf(job, size);
     if (job.rank == 0)
         fill(buf, 0, size, 0);
     double t = run_batches(st, job, [&] { CHECK(job, oobx_bcast(job.comm, 0, buf.data(), size)); });
@@ -1037,7 +1037,7 @@ void print_help()
         "  --window=N          messages in flight in stream_bw (default %d)\n"
         "  --variant=NAME      a label for the report (default: the transport)\n"
         "  --init-no-barrier   comm_init destroys without waiting for every rank\n"
-        "  --alloc=malloc|oobx where the allgather buffers live: plain memory (default) or\n"
+        "  --alloc=malloc|oobx where the allgather and bcast buffers live: plain memory (default) or\n"
         "                      oobx_mem_alloc's, which ranks of one host copy from directly\n"
         "  --benchmark_format=console|json         what rank 0 prints (default console)\n"
         "  --benchmark_out=FILE --benchmark_out_format=json|console   rank 0 writes FILE\n"

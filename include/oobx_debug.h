@@ -48,6 +48,8 @@ typedef struct oobx_coll_counts {
     unsigned long long direct_skipped;   /* allgathers that took the ring at once: their group fell back lately */
     unsigned long long direct_mapped;    /* slices of direct allgathers copied through a mapping of a peer's
                                           * oobx_mem_alloc memory (since 1.2) */
+    unsigned long long direct_bcast;     /* broadcasts every rank read from the root's buffer (since 1.2) */
+    unsigned long long direct_bcast_fallbacks; /* broadcasts that tried to and took the tree (since 1.2) */
 } oobx_coll_counts_t;
 #define OOBX_COLL_COUNTS_INIT {.struct_size = sizeof(oobx_coll_counts_t)}
 OOBX_API int oobx_debug_coll_counts(oobx_comm_t comm, oobx_coll_counts_t *counts);

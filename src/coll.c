@@ -670,7 +670,7 @@ static int bcast_progress(void *arg)
     return b->next_fwd == b->q.nr && all_sent(&b->q);
 }
 
-int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *gin, int root, void *buf, size_t bytes)
+static int tree_bcast(const oobx__ep_view_t *c, const coll_group_t *gin, int root, void *buf, size_t bytes)
 {
     coll_group_t s = with_op(c, gin, COLL_OP_BCAST, root);
     const coll_group_t *g = &s;
@@ -738,4 +738,118 @@ int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *gin, int root
     }
     reqs_release(c, &b.q, posted, NULL);
     return rc;
+}
+
+/* ---- direct broadcast: within one host, every rank reads the root's buffer ---- */
+
+/* What a rank says after its read: 0, or 1 + why not, with its bytes. */
+enum { BCAST_READ_OK = 0, BCAST_READ_FAILED = 1, BCAST_SIZE_DIFFERS = 2 };
+#define DIRECT_BCAST_ST 12 /* u32 status, u64 bytes */
+
+/* The direct broadcast, or nothing: *done 1 when every rank has the root's
+ * bytes. 1. the root's record (as the direct allgather's, one rank's)
+ * goes down the tree; 2. every other rank reads the root's buffer into its
+ * own, through a mapping of oobx_mem_alloc memory or with
+ * process_vm_readv; 3. every rank allgathers how that went, with its size,
+ * which is also the barrier that keeps the root's buffer still until all
+ * have read. All decide from the same answers: a size that differs is
+ * OOBX_ERR_MISMATCH naming the rank on every rank; a read that failed (the
+ * root on another host, a refused read) sends every rank through the tree
+ * together. */
+static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, char *buf, size_t bytes, int *done)
+{
+    oobx_ep_t *ep = c->ep;
+    int n = g->n, me = g->me;
+    *done = 0;
+    if (!ep->direct.peers) {
+        ep->direct.peers = calloc((size_t)ep->nranks, sizeof(*ep->direct.peers));
+        if (ep->direct.peers) oobx__cma_self_init(&ep->direct.self, 1);
+    }
+    unsigned char rec[DIRECT_REC];
+    unsigned char *st = malloc((size_t)n * DIRECT_BCAST_ST);
+    if (!st) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a broadcast of %d ranks", c->rank, n);
+    if (me == root) {
+        oobx__cma_encode(&ep->direct.self, rec);
+        if (!ep->direct.peers) memset(rec, 0, 8); /* scope 0: nothing offered */
+        oobx__put_u64(rec + OOBX_CMA_ID_BYTES, (uint64_t)(uintptr_t)buf);
+        oobx__put_u64(rec + OOBX_CMA_ID_BYTES + 8, bytes);
+        oobx__mem_desc_t md;
+        oobx__mem_describe(&ep->mem, buf, bytes, &md);
+        oobx__mem_desc_encode(&md, rec + OOBX_CMA_ID_BYTES + 16);
+    }
+    int rc = tree_bcast(c, g, root, rec, sizeof(rec));
+    if (rc != 0) goto out;
+    uint32_t status = BCAST_READ_OK;
+    if (me != root) {
+        uint64_t rbytes = oobx__get_u64(rec + OOBX_CMA_ID_BYTES + 8);
+        uint64_t src = oobx__get_u64(rec + OOBX_CMA_ID_BYTES);
+        int er = oobx__ep_view_rank(c, member(g, root));
+        if (rbytes != bytes) {
+            status = BCAST_SIZE_DIFFERS;
+        } else if (!ep->direct.peers) {
+            status = BCAST_READ_FAILED;
+        } else {
+            oobx__cma_peer_t *p = direct_peer(ep, er, rec);
+            oobx__mem_desc_t md;
+            oobx__mem_desc_decode(rec + OOBX_CMA_ID_BYTES + 16, &md);
+            int ok = oobx__cma_check(p);
+            if (ok && md.id && !p->nomap && oobx__mem_read(&ep->mem, p, er, &md, buf, src, bytes) == 0) {
+                /* through a mapping of the root's region */
+            } else if (!ok || oobx__cma_pull(p, buf, src, bytes) != 0) {
+                status = BCAST_READ_FAILED;
+                OOBX_DEBUG(c->log, "rank %d: broadcast (direct): cannot read the buffer of group rank %d: %s", c->rank,
+                           root, p->why);
+            }
+        }
+    }
+    oobx__put_u32(st + (size_t)me * DIRECT_BCAST_ST, status);
+    oobx__put_u64(st + (size_t)me * DIRECT_BCAST_ST + 4, bytes);
+    rc = algo_allgather(c, g, st, DIRECT_BCAST_ST, "auto");
+    if (rc != 0) goto out;
+    int failed = 0;
+    for (int q = 0; q < n; q++) {
+        const unsigned char *sq = st + (size_t)q * DIRECT_BCAST_ST;
+        uint32_t why = oobx__get_u32(sq);
+        if (why == BCAST_SIZE_DIFFERS) {
+            char text[400];
+            snprintf(text, sizeof(text),
+                     "broadcast (direct): the root, group rank %d (rank %d), passes %llu bytes, group rank %d (rank %d) "
+                     "%llu: the ranks disagree on the call",
+                     root, member(g, root), (unsigned long long)oobx__get_u64(st + (size_t)root * DIRECT_BCAST_ST + 4),
+                     q, member(g, q), (unsigned long long)oobx__get_u64(sq + 4));
+            /* every rank of the group sees the same answers, and says the same */
+            oobx__ep_fail(ep, oobx__ep_view_rank(c, member(g, q)), OOBX_ERR_MISMATCH, text);
+            rc = oobx__fail(c->log, OOBX_ERR_MISMATCH, "rank %d: %s", c->rank, text);
+            goto out;
+        }
+        if (why != BCAST_READ_OK) failed = 1;
+    }
+    if (!failed) {
+        *done = 1;
+        ep->direct.bcasts++;
+    } else {
+        ep->direct.bcast_fallbacks++;
+        if (g->direct_skip) *g->direct_skip = OOBX_DIRECT_RETRY_AFTER;
+    }
+out:
+    free(st);
+    return rc;
+}
+
+int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, void *buf, size_t bytes)
+{
+    if (g->n == 1) return 0;
+    /* OOBX_CMA_MIN=0 turns every cross-memory read off; the direct
+     * broadcast from the direct allgather's size */
+    if (!c->settings->cma_min || !c->settings->direct_min || bytes < c->settings->direct_min || g->op)
+        return tree_bcast(c, g, root, buf, bytes);
+    if (g->direct_skip && *g->direct_skip > 0) {
+        (*g->direct_skip)--;
+        c->ep->direct.skipped++;
+        return tree_bcast(c, g, root, buf, bytes);
+    }
+    coll_group_t s = with_op(c, g, COLL_OP_BCAST_DIRECT, root);
+    int done = 0;
+    int rc = direct_bcast(c, &s, root, buf, bytes, &done);
+    return rc || done ? rc : tree_bcast(c, &s, root, buf, bytes);
 }

@@ -86,6 +86,7 @@ enum {
     COLL_OP_NODE_ALLGATHER = 8,
     COLL_OP_ALLGATHER_DIRECT = 9, /* within one host: slices read from their owners' buffers */
     COLL_OP_NODE_BARRIER = 10,    /* the hosts' shared memory and their leaders' ring */
+    COLL_OP_BCAST_DIRECT = 11,    /* within one host: the root's buffer read by every rank */
 };
 const char *oobx__coll_op_name(unsigned op);
 /* "broadcast from group rank 3, call 17 on the communicator" */
@@ -163,6 +164,7 @@ typedef struct oobx_ep {
         uint64_t node;             /* allgathers through the host's shared buffer (comm.c) */
         uint64_t node_barrier;     /* barriers the same way */
         uint64_t skipped;          /* calls that took the ring at once after their group's fallback (coll.h) */
+        uint64_t bcasts, bcast_fallbacks; /* broadcasts read from the root's buffer; that tried and took the tree */
     } direct;
     /* oobx_mem_alloc's regions, and the peers' regions mapped here (mem.h) */
     oobx__mem_t mem;

@@ -394,6 +394,91 @@ static int rank_mem_alloc(harness_rank_t *r)
     return 0;
 }
 
+/* Broadcasts of 64 KiB and more among ranks of one host: every rank reads
+ * the root's buffer (counted), from plain memory and from oobx_mem_alloc's
+ * (through a mapping), from every root and in a group; a rank that passes
+ * another size fails the call on every rank with OOBX_ERR_MISMATCH naming
+ * it. p.count 1: rank 1 cannot read the others (as in
+ * rank_direct_fallback): every rank takes the tree, with the right bytes. */
+static int rank_bcast_direct(harness_rank_t *r)
+{
+    conf_params_t *p = r->arg;
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    const int n = r->nranks, me = r->rank;
+    if (p->count == 1) {
+        H_OK(r, oobx_barrier(c));
+        if (me == 1) {
+            if (geteuid() == 0) {
+                if (setresuid(65534, 65534, 65534) != 0) H_FAIL(r, "setresuid(nobody): %s", strerror(errno));
+            } else if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+                H_FAIL(r, "prctl(PR_SET_DUMPABLE, 0): %s", strerror(errno));
+            }
+        }
+        H_OK(r, oobx_barrier(c));
+    }
+    oobx_coll_counts_t was = OOBX_COLL_COUNTS_INIT, now = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &was));
+    const size_t sizes[] = {65536, 300001, (size_t)1 << 20};
+    int calls = 0;
+    for (int k = 0; k < 3; k++)
+        for (int root = 0; root < n; root++, calls++) check_bcast(r, c, root, sizes[k], 20u + (unsigned)calls, "bcast");
+    H_OK(r, oobx_debug_coll_counts(c, &now));
+    unsigned long long db = now.direct_bcast - was.direct_bcast, df = now.direct_bcast_fallbacks - was.direct_bcast_fallbacks;
+    if (p->count == 1) {
+        /* the first tries and falls back; the group's next 63 take the tree at once */
+        if (db != 0 || df != 1 || now.direct_skipped - was.direct_skipped != (unsigned long long)calls - 1)
+            H_FAIL(r, "rank 1 unreadable: %llu direct broadcasts, %llu fallbacks, %llu skipped of %d", db, df,
+                   now.direct_skipped - was.direct_skipped, calls);
+        H_OK(r, oobx_barrier(c));
+        H_OK(r, oobx_comm_destroy(c));
+        return 0;
+    }
+    if (db != (unsigned long long)calls || df != 0)
+        H_FAIL(r, "%llu direct broadcasts and %llu fallbacks of %d calls; want all direct", db, df, calls);
+    /* the root's buffer from oobx_mem_alloc: the others map it */
+    const size_t b = (size_t)1 << 20;
+    unsigned char *m = NULL;
+    H_OK(r, oobx_mem_alloc(c, b, (void **)&m));
+    for (int root = 0; root < n; root++) {
+        was = now;
+        if (me == root) harness_fill(m, b, root, 90);
+        else memset(m, 0xee, b);
+        int rc = oobx_bcast(c, root, m, b);
+        if (rc != OOBX_SUCCESS) H_FAIL(r, "oobx_bcast of mapped memory: %s: %s", oobx_error_name(rc), oobx_last_error());
+        harness_verify(r, m, b, root, 90, "mapped bcast from root %d", root);
+        H_OK(r, oobx_debug_coll_counts(c, &now));
+        unsigned long long want = me == root ? 0 : 1;
+        if (now.direct_mapped - was.direct_mapped != want || now.direct_bcast - was.direct_bcast != 1)
+            H_FAIL(r, "mapped bcast from root %d: %llu slices mapped, %llu direct; want %llu and 1", root,
+                   now.direct_mapped - was.direct_mapped, now.direct_bcast - was.direct_bcast, want);
+    }
+    H_OK(r, oobx_mem_free(c, m));
+    /* a group of the even ranks */
+    int g[8], ng = 0;
+    for (int i = 0; i < n; i += 2) g[ng++] = i;
+    if (me % 2 == 0) {
+        unsigned char *gb = xmalloc(r, b);
+        if (me == g[ng - 1]) harness_fill(gb, b, me, 91);
+        int rc = oobx_group_bcast(c, g, ng, ng - 1, gb, b);
+        if (rc != OOBX_SUCCESS) H_FAIL(r, "oobx_group_bcast: %s: %s", oobx_error_name(rc), oobx_last_error());
+        harness_verify(r, gb, b, g[ng - 1], 91, "group bcast");
+        free(gb);
+    }
+    H_OK(r, oobx_barrier(c));
+    /* rank n-1 passes a larger size: every rank fails naming it */
+    size_t mine = me == n - 1 ? 2 * b : b;
+    unsigned char *big = xmalloc(r, 2 * b);
+    int rc = oobx_bcast(c, 0, big, mine);
+    char want[64];
+    snprintf(want, sizeof want, "group rank %d (rank %d) %zu", n - 1, n - 1, 2 * b);
+    if (rc != OOBX_ERR_MISMATCH || !strstr(oobx_last_error(), want))
+        H_FAIL(r, "bcast with rank %d's size differing: %s (%s); want OOBX_ERR_MISMATCH naming \"%s\"", n - 1,
+               oobx_error_name(rc), oobx_last_error(), want);
+    free(big);
+    oobx_comm_destroy(c);
+    return 0;
+}
+
 /* oobx_allgather_table: the right slices without a copy into the rank
  * (node-aware: the host's shared buffer, counted as a node-aware call; a
  * table too large for it, or a flat communicator: the library's memory);
@@ -1686,6 +1771,14 @@ static void build_cases(conf_suite_t *s)
         c = add_case(s, "allgather_direct_fallback_n4", rank_direct_fallback, 4, 1);
         c->job.call_timeout_ms = 10000;
         c->env[0] = "OOBX_NODE_BUF=0"; /* never the node-aware path's shared buffer */
+    }
+    c = add_case(s, "bcast_direct_n4", rank_bcast_direct, 4, 1);
+    c->job.call_timeout_ms = 10000;
+    c->p.count = 0;
+    if (!strcmp(s->transport, "socket")) {
+        c = add_case(s, "bcast_direct_fallback_n4", rank_bcast_direct, 4, 1);
+        c->job.call_timeout_ms = 10000;
+        c->p.count = 1;
     }
     c = add_case(s, "allgather_table_n5", rank_allgather_table, 5, 1);
     c->job.call_timeout_ms = 10000;

@@ -286,10 +286,30 @@ static int bcast_step(harness_rank_t *r, oobx_comm_t c, int k)
     return rc;
 }
 
+/* A 256 KiB broadcast from every root in turn (the direct broadcast, where
+ * the ranks share a host: every rank reads the root's buffer), checked. */
+static int large_bcast_step(harness_rank_t *r, oobx_comm_t c, int k)
+{
+    const size_t b = 256 * 1024;
+    unsigned char *buf = malloc(b);
+    if (!buf) return OOBX_ERR_NOMEM;
+    int root = k % r->nranks;
+    if (r->rank == root) harness_fill(buf, b, root, (unsigned)k);
+    int rc = oobx_bcast(c, root, buf, b);
+    if (rc == OOBX_SUCCESS) harness_verify(r, buf, b, root, (unsigned)k, "large broadcast %d from rank %d", k, root);
+    free(buf);
+    return rc;
+}
+
 /* A barrier loop; the victim dies somewhere in it. */
 static int rank_killed_in_barriers(harness_rank_t *r)
 {
     return loop_until_fault(r, barrier_step, "oobx_barrier");
+}
+
+static int rank_killed_in_large_bcasts(harness_rank_t *r)
+{
+    return loop_until_fault(r, large_bcast_step, "oobx_bcast");
 }
 
 /* A loop of 4 KiB broadcasts from every root in turn; the victim dies in it. */
@@ -515,6 +535,12 @@ static void test_kill_in_bcasts(void **state)
 {
     (void)state;
     run_kill_test("kill_in_bcasts_n8", rank_killed_in_bcasts, 8, 1, 6, FAULT_IN_ALLGATHER, SIGKILL, STRICT_NOTICE);
+}
+static void test_kill_in_large_bcasts(void **state)
+{
+    (void)state;
+    run_kill_test("kill_in_large_bcasts_n8", rank_killed_in_large_bcasts, 8, 1, 6, FAULT_IN_ALLGATHER, SIGKILL,
+                  STRICT_NOTICE);
 }
 static void test_kill_in_splits(void **state)
 {
@@ -1469,6 +1495,7 @@ int main(void)
         cmocka_unit_test(test_kill_blocked_on_live_peer),
         cmocka_unit_test(test_kill_in_barriers),
         cmocka_unit_test(test_kill_in_bcasts),
+        cmocka_unit_test(test_kill_in_large_bcasts),
         cmocka_unit_test(test_kill_in_splits),
         cmocka_unit_test(test_stop_in_allgather),
         cmocka_unit_test(test_stop_in_barriers),
