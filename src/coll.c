@@ -779,6 +779,14 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
     }
     int rc = tree_bcast(c, g, root, rec, sizeof(rec));
     if (rc != 0) goto out;
+    /* Reads of the root's process by several ranks at once contend in the
+     * kernel (its page-table lock, the pages' counts): measured slower than
+     * the tree from 4 ranks (docs/design.md). So the kernel's copy only
+     * between two ranks; from mapped memory at any count. Every rank has
+     * the same record, so all choose alike, without a word more. */
+    uint64_t scope0, rid = oobx__get_u64(rec + OOBX_CMA_ID_BYTES + 16);
+    memcpy(&scope0, rec, 8);
+    if (!scope0 || (!rid && n > 2)) goto out;
     uint32_t status = BCAST_READ_OK;
     if (me != root) {
         uint64_t rbytes = oobx__get_u64(rec + OOBX_CMA_ID_BYTES + 8);

@@ -10,7 +10,10 @@
 # ucx_perftest ucp_put_bw; auto = init at 16 and 64 ranks, auto against
 # socket and ucx; scale = start-up at 4096 ranks (one host) and 10,240 (16
 # emulated hosts), 16 roots, socket; table = the same, alternating
-# oobx_allgather and oobx_allgather_table (oobx-boot --table).
+# oobx_allgather and oobx_allgather_table (oobx-boot --table); bcast =
+# broadcast of 64 KiB and 1 MiB at 2, 4, 8 ranks over UCX: the tree
+# (OOBX_ALLGATHER_DIRECT_MIN=0), the direct broadcast from plain memory and
+# from oobx_mem_alloc's.
 set -u
 parts=${1:-p2p bw auto scale table}
 D=$(cd "$(dirname "$0")/../.." && pwd)
@@ -69,5 +72,15 @@ if [[ " $parts " == *" table "* ]]; then
         echo "T4096 $(BOOT_ARGS=--table boot 4096 1 16 X=1)"
         echo "S10240 $(boot 10240 16 16 X=1)"
         echo "T10240 $(BOOT_ARGS=--table boot 10240 16 16 X=1)"
+    done
+fi
+if [[ " $parts " == *" bcast "* ]]; then
+    echo "== bcast: UCX shared memory, tree / direct / direct from oobx_mem_alloc"
+    for i in 1 2; do
+        for n in 2 4 8; do
+            bench "$n" '^bcast/' 64K,1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self OOBX_ALLGATHER_DIRECT_MIN=0
+            bench "$n" '^bcast/' 64K,1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self
+            BENCH_ARGS=--alloc=oobx bench "$n" '^bcast/' 64K,1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self
+        done
     done
 fi

@@ -286,18 +286,20 @@ static int bcast_step(harness_rank_t *r, oobx_comm_t c, int k)
     return rc;
 }
 
-/* A 256 KiB broadcast from every root in turn (the direct broadcast, where
- * the ranks share a host: every rank reads the root's buffer), checked. */
+/* A 256 KiB broadcast of oobx_mem_alloc memory from every root in turn
+ * (the direct broadcast, where the ranks share a host: every rank reads the
+ * root's buffer through a mapping), checked. */
 static int large_bcast_step(harness_rank_t *r, oobx_comm_t c, int k)
 {
     const size_t b = 256 * 1024;
-    unsigned char *buf = malloc(b);
-    if (!buf) return OOBX_ERR_NOMEM;
+    unsigned char *buf = NULL;
+    int rc = oobx_mem_alloc(c, b, (void **)&buf);
+    if (rc) return rc;
     int root = k % r->nranks;
     if (r->rank == root) harness_fill(buf, b, root, (unsigned)k);
-    int rc = oobx_bcast(c, root, buf, b);
+    rc = oobx_bcast(c, root, buf, b);
     if (rc == OOBX_SUCCESS) harness_verify(r, buf, b, root, (unsigned)k, "large broadcast %d from rank %d", k, root);
-    free(buf);
+    oobx_mem_free(c, buf);
     return rc;
 }
 
