@@ -45,7 +45,7 @@ typedef struct oobx_coll_counts {
     unsigned long long direct_fallbacks; /* allgathers that tried to and took the ring (a rank could not read a peer) */
     unsigned long long node;             /* allgathers through the host's shared buffer (node-aware path) */
     unsigned long long node_barrier;     /* barriers through it and the hosts' leaders (node-aware path) */
-    unsigned long long direct_skipped;   /* allgathers that took the ring at once: their group fell back lately */
+    unsigned long long direct_skipped;   /* allgathers and broadcasts that took the ring or tree at once (coll.h) */
     unsigned long long direct_mapped;    /* slices of direct allgathers copied through a mapping of a peer's
                                           * oobx_mem_alloc memory (since 1.2) */
     unsigned long long direct_bcast;     /* broadcasts every rank read from the root's buffer (since 1.2) */

@@ -450,6 +450,8 @@ static int algo_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void 
 
 /* ---- direct: within one host, each rank reads its peers' slices from their buffers ---- */
 
+enum { SKIP_AG = 0, SKIP_BCAST = 1 }; /* coll_group_t.direct_skip */
+
 /* What every rank tells the others first: its cross-memory identity
  * (cma.h), then the address of its buffer and its bytes per rank (wire
  * order), then what memory lies under the buffer (mem.h: id 0 unless it is
@@ -525,7 +527,7 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
         /* another host, pid namespace, or a rank that offers nothing: the
          * ring, and for the group's next calls at once (the same records
          * on every member) */
-        if (g->direct_skip) *g->direct_skip = OOBX_DIRECT_RETRY_AFTER;
+        if (g->direct_skip) g->direct_skip[SKIP_AG] = OOBX_DIRECT_RETRY_AFTER;
         goto out;
     }
     uint32_t status = 0;
@@ -561,7 +563,7 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
     } else {
         ep->direct.fallbacks++;
         /* every member saw the same answers: all skip the same calls */
-        if (g->direct_skip) *g->direct_skip = OOBX_DIRECT_RETRY_AFTER;
+        if (g->direct_skip) g->direct_skip[SKIP_AG] = OOBX_DIRECT_RETRY_AFTER;
         OOBX_DEBUG(c->log, "rank %d: allgather (direct): group rank %d could not read the slice of group rank %u; the ring instead",
                    c->rank, bad, oobx__get_u32(st + 4 * (size_t)bad) - 1);
     }
@@ -578,10 +580,10 @@ int oobx__coll_allgather(const oobx__ep_view_t *c, const coll_group_t *g, void *
                  (!strcmp(algo, "direct") || (!strcmp(algo, "auto") && c->settings->direct_min &&
                                               bpr >= c->settings->direct_min));
     if (!direct) return algo_allgather(c, g, buf, bpr, algo);
-    if (g->direct_skip && *g->direct_skip > 0) {
+    if (g->direct_skip && g->direct_skip[SKIP_AG] > 0) {
         /* the group's last try fell back: the ring at once, without the
          * two small exchanges of a try that would fall back again */
-        (*g->direct_skip)--;
+        g->direct_skip[SKIP_AG]--;
         c->ep->direct.skipped++;
         return algo_allgather(c, g, buf, bpr, "auto");
     }
@@ -786,7 +788,15 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
      * the same record, so all choose alike, without a word more. */
     uint64_t scope0, rid = oobx__get_u64(rec + OOBX_CMA_ID_BYTES + 16);
     memcpy(&scope0, rec, 8);
-    if (!scope0 || (!rid && n > 2)) goto out;
+    if (!scope0 || (!rid && n > 2)) {
+        /* plain memory (or nothing offered): the tree, for this call and
+         * the group's next ones at once, so that a job that broadcasts
+         * plain memory pays the record once in OOBX_DIRECT_RETRY_AFTER + 1
+         * calls (a root of oobx_mem_alloc memory among them takes the tree
+         * until the count runs out) */
+        if (g->direct_skip) g->direct_skip[SKIP_BCAST] = OOBX_DIRECT_RETRY_AFTER;
+        goto out;
+    }
     uint32_t status = BCAST_READ_OK;
     if (me != root) {
         uint64_t rbytes = oobx__get_u64(rec + OOBX_CMA_ID_BYTES + 8);
@@ -837,7 +847,7 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
         ep->direct.bcasts++;
     } else {
         ep->direct.bcast_fallbacks++;
-        if (g->direct_skip) *g->direct_skip = OOBX_DIRECT_RETRY_AFTER;
+        if (g->direct_skip) g->direct_skip[SKIP_BCAST] = OOBX_DIRECT_RETRY_AFTER;
     }
 out:
     free(st);
@@ -851,8 +861,8 @@ int oobx__coll_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int root, 
      * broadcast from the direct allgather's size */
     if (!c->settings->cma_min || !c->settings->direct_min || bytes < c->settings->direct_min || g->op)
         return tree_bcast(c, g, root, buf, bytes);
-    if (g->direct_skip && *g->direct_skip > 0) {
-        (*g->direct_skip)--;
+    if (g->direct_skip && g->direct_skip[SKIP_BCAST] > 0) {
+        g->direct_skip[SKIP_BCAST]--;
         c->ep->direct.skipped++;
         return tree_bcast(c, g, root, buf, bytes);
     }

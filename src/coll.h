@@ -19,9 +19,9 @@ typedef struct coll_group {
     uint32_t seq;
     unsigned op;        /* COLL_OP_*, set by the call (0 before) */
     int root;           /* the broadcast's root (group rank), 0 otherwise */
-    /* the group's calls left that skip the direct allgather after one fell
-     * back (the same count on every member: only the group's own calls
-     * change it), or NULL */
+    /* the group's calls left that skip the direct allgather ([0]) and the
+     * direct broadcast ([1]) after one fell back (the same counts on every
+     * member: only the group's own calls change them), or NULL */
     uint32_t *direct_skip;
 } coll_group_t;
 

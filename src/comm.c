@@ -156,7 +156,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
 static coll_group_t whole(struct oobx_comm *c)
 {
     coll_group_t g = {.n = c->v.nranks, .me = c->v.rank, .members = NULL, .gid = 0, .seq = c->coll_seq++,
-                      .direct_skip = &c->direct_skip};
+                      .direct_skip = c->direct_skip};
     return g;
 }
 
@@ -1298,7 +1298,7 @@ static uint32_t group_seq(struct oobx_comm *c, uint64_t gid, uint32_t **skip)
     *skip = NULL;
     for (int i = 0; i < c->ngseq; i++)
         if (c->gseq[i].gid == gid) {
-            *skip = &c->gseq[i].direct_skip;
+            *skip = c->gseq[i].direct_skip;
             return c->gseq[i].seq++;
         }
     if (c->ngseq == c->capgseq) {
@@ -1310,8 +1310,8 @@ static uint32_t group_seq(struct oobx_comm *c, uint64_t gid, uint32_t **skip)
     }
     c->gseq[c->ngseq].gid = gid;
     c->gseq[c->ngseq].seq = 1;
-    c->gseq[c->ngseq].direct_skip = 0;
-    *skip = &c->gseq[c->ngseq].direct_skip;
+    c->gseq[c->ngseq].direct_skip[0] = c->gseq[c->ngseq].direct_skip[1] = 0;
+    *skip = c->gseq[c->ngseq].direct_skip;
     c->ngseq++;
     return 0;
 }

@@ -23,11 +23,11 @@ struct oobx_comm {
     uint64_t prev_card_tag; /* init, flat path: the tag of the card the ring predecessor sends first */
     int prev_card_taken;    /* its address went to the transport */
     uint32_t split_seq;
-    uint32_t direct_skip; /* the whole view's (coll.h) */
+    uint32_t direct_skip[2]; /* the whole view's (coll.h): allgathers, broadcasts */
     struct group_seq {
         uint64_t gid;
         uint32_t seq;
-        uint32_t direct_skip; /* the group's (coll.h) */
+        uint32_t direct_skip[2]; /* the group's (coll.h) */
     } *gseq;
     int ngseq, capgseq;
     oobx_settings_t settings;
