@@ -40,13 +40,13 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
     rc = oobx__ep_isend(&c->v, peer, OOBX_MSG_P2P, p2p_tag(tag), buf, bytes, s);
     if (rc == 0 && !s->tp.done) {
         one_req_t o = {NULL, s};
-        uint64_t t0 = oobx__now_ns();
+        uint64_t t0 = oobx__now_coarse_ns(); /* for the error's "after N ms" only: the cheap clock */
         rc = oobx__ep_wait(&c->v, one_done, &o, oobx__deadline(c->settings.timeout_ms));
         if (rc != 0) {
             char who[160];
             oobx__ep_peer_name(&c->v, peer, who, sizeof(who));
             rc = oobx__ep_wait_error(&c->v, rc, "oobx_send of %zu bytes (tag %d) from rank %d to %s after %.0f ms", bytes, tag,
-                                 c->v.rank, who, (oobx__now_ns() - t0) / 1e6);
+                                 c->v.rank, who, (oobx__now_coarse_ns() - t0) / 1e6);
             oobx__ep_release_send(c->v.ep, s);
             oobx__ep_adopt(c->v.ep, s);
             s = NULL;
@@ -90,14 +90,14 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
         uint64_t t0 = 0;
         if (!r->done) {
             one_req_t o = {r, NULL};
-            t0 = oobx__now_ns();
+            t0 = oobx__now_coarse_ns(); /* for the error's "after N ms" only */
             rc = oobx__ep_wait(&c->v, one_done, &o, oobx__deadline(c->settings.timeout_ms));
         }
         if (rc != 0 || r->status || (!received && r->received != capacity))
             oobx__ep_peer_name(&c->v, peer, who, sizeof(who)); /* only errors need the name */
         if (rc != 0) {
             rc = oobx__ep_wait_error(&c->v, rc, "oobx_recv at rank %d from %s (tag %d, capacity %zu) after %.0f ms", c->v.rank,
-                                 who, tag, capacity, (oobx__now_ns() - t0) / 1e6);
+                                 who, tag, capacity, (oobx__now_coarse_ns() - t0) / 1e6);
             if (oobx__ep_cancel_recv(&c->v, OOBX_MSG_P2P, p2p_tag(tag), r)) {
                 oobx__ep_adopt(c->v.ep, r);
                 r = NULL;
