@@ -61,6 +61,12 @@ uint64_t oobx__ringbuf_slot_off(uint32_t slots, uint32_t slot_bytes, uint64_t se
     return (seq % slots) * (uint64_t)slot_bytes;
 }
 
+void oobx__ringbuf_clear_headers(void *ring, uint32_t slots, uint32_t slot_bytes)
+{
+    for (uint32_t k = 0; k < slots; k++)
+        memset((char *)ring + oobx__ringbuf_slot_off(slots, slot_bytes, k), 0, RINGBUF_CHUNK_HDR_BYTES);
+}
+
 /* ---- sender ------------------------------------------------------------------- */
 
 void oobx__ringbuf_tx_init(ringbuf_tx_t *tx, uint32_t slots, uint32_t slot_bytes)

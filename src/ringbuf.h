@@ -134,6 +134,12 @@ void oobx__ringbuf_rx_init(ringbuf_rx_t *rx, uint32_t slots, uint32_t slot_bytes
 /* Offset in the ring of the slot that chunk seq lands in. */
 uint64_t oobx__ringbuf_slot_off(uint32_t slots, uint32_t slot_bytes, uint64_t seq);
 
+/* Makes a fresh receive buffer ready: clears the slots' chunk headers only.
+ * A chunk is read after its doorbell, and the payload bytes are the
+ * sender's to write, so clearing the whole buffer would only touch every
+ * page of it at set-up. */
+void oobx__ringbuf_clear_headers(void *ring, uint32_t slots, uint32_t slot_bytes);
+
 /* A doorbell said chunk seq of bytes bytes landed; ring is the receive buffer.
  * Checks it (sequence, size, headers, message boundaries) and describes it in
  * *ev. The slot stays owned by the receiver until oobx__ringbuf_rx_release().

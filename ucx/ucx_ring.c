@@ -145,11 +145,7 @@ int ucx_ring(oobx_tp_t *base, int prev, int next)
         return 0;
     }
     rx->base = ma.address;
-    /* only the slots' chunk headers: a chunk is read after its doorbell
-     * only, and the payload bytes are the sender's to write (clearing the
-     * whole buffer touched every page of it in init: 1 MiB by default) */
-    for (uint32_t k = 0; k < slots; k++)
-        memset((char *)rx->base + oobx__ringbuf_slot_off(slots, slot_bytes, k), 0, RINGBUF_CHUNK_HDR_BYTES);
+    oobx__ringbuf_clear_headers(rx->base, slots, slot_bytes);
     oobx__ringbuf_rx_init(&rx->rb, slots, slot_bytes, 0);
 
     void *rkey = NULL;

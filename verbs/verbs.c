@@ -1062,7 +1062,7 @@ static int verbs_ring(oobx_tp_t *base, int prev, int next)
             tp->rx_base = NULL;
             return oobx__fail(tp->log, OOBX_ERR_NOMEM, "verbs: out of memory for a %zu-byte ring buffer", tp->rx_size);
         }
-        memset(tp->rx_base, 0, tp->rx_size);
+        oobx__ringbuf_clear_headers(tp->rx_base, slots, slot_bytes);
         tp->rx_mr = ibv_reg_mr(tp->pd, tp->rx_base, tp->rx_size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
         if (!tp->rx_mr) {
             OOBX_WARN(tp->log, "verbs: cannot register a %zu-byte ring buffer on device %s (%s); %s sends as usual",

@@ -291,10 +291,31 @@ static void test_overrun_detected(void **state)
     link_free(l);
 }
 
+/* A fresh receive buffer: every slot's chunk header cleared, nothing else
+ * written (the payload bytes stay as they were). */
+static void test_clear_headers(void **state)
+{
+    (void)state;
+    const uint32_t slots = 6, slot_bytes = 4096;
+    unsigned char *ring = malloc((size_t)slots * slot_bytes);
+    assert_non_null(ring);
+    memset(ring, 0xa5, (size_t)slots * slot_bytes);
+    oobx__ringbuf_clear_headers(ring, slots, slot_bytes);
+    size_t zero = 0;
+    for (uint32_t k = 0; k < slots; k++) {
+        uint64_t off = oobx__ringbuf_slot_off(slots, slot_bytes, k);
+        for (uint32_t i = 0; i < RINGBUF_CHUNK_HDR_BYTES; i++) assert_int_equal(ring[off + i], 0);
+    }
+    for (size_t i = 0; i < (size_t)slots * slot_bytes; i++) zero += ring[i] == 0;
+    assert_int_equal(zero, (size_t)slots * RINGBUF_CHUNK_HDR_BYTES);
+    free(ring);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_geometry),
+        cmocka_unit_test(test_clear_headers),
         cmocka_unit_test(test_zero_length),
         cmocka_unit_test(test_sizes_that_do_not_divide_the_slot),
         cmocka_unit_test(test_wrap_around),
