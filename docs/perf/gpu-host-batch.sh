@@ -3,7 +3,7 @@
 # host, in one window so that each ratio compares runs of the same machine:
 #   bash ../shared/device/bundle.sh && (device tool, carry .dev)
 #   source .dev/env.sh; bash docs/perf/gpu-host-batch.sh [PARTS]
-# PARTS (default "p2p bw auto scale"): p2p = 8 B ping-pong and allgather at 2
+# PARTS (default "p2p bw bcast auto scale table"): p2p = 8 B ping-pong and allgather at 2
 # ranks over UCX shared memory and sockets, the busy-polling raw TCP
 # ping-pong of the same launch, ucx_perftest tag_lat after each round; bw =
 # allgather 1 MiB/rank at 2, 4, 8 ranks over UCX shared memory against
@@ -15,7 +15,7 @@
 # (OOBX_ALLGATHER_DIRECT_MIN=0), the direct broadcast from plain memory and
 # from oobx_mem_alloc's.
 set -u
-parts=${1:-p2p bw auto scale table}
+parts=${1:-p2p bw bcast auto scale table}
 D=$(cd "$(dirname "$0")/../.." && pwd)
 B=${BUNDLE:-$D/.dev}
 export OOBX_SOCKET_IFNAME=lo UCX_NET_DEVICES=lo OOBX_MODULE_DIR=$B/lib/oobx
@@ -56,22 +56,19 @@ if [[ " $parts " == *" auto "* ]]; then
     echo "== auto: init (ranks, asked, chosen, wall, init max, create max)"
     sh "$D/docs/perf/auto/run.sh" "$B" "16 64" 3
 fi
-if [[ " $parts " == *" scale "* ]]; then
-    echo "== scale: start-up, socket, 16 roots"
+if [[ " $parts " == *" scale "* || " $parts " == *" table "* ]]; then
+    # with table: each oobx_allgather run (S) followed by an
+    # oobx_allgather_table run (T) of the same size
+    table=0
+    [[ " $parts " == *" table "* ]] && table=1
+    echo "== scale: start-up, socket, 16 roots$([ $table = 1 ] && echo ", oobx_allgather against oobx_allgather_table")"
     . "$D/docs/perf/scale/boot.sh"
     for i in 1 2 3; do
-        echo "S4096 $(boot 4096 1 16 X=1)"
-        echo "S10240 $(boot 10240 16 16 X=1)"
-    done
-fi
-if [[ " $parts " == *" table "* ]]; then
-    echo "== table: start-up, socket, 16 roots, oobx_allgather against oobx_allgather_table"
-    . "$D/docs/perf/scale/boot.sh"
-    for i in 1 2 3; do
-        echo "S4096 $(boot 4096 1 16 X=1)"
-        echo "T4096 $(BOOT_ARGS=--table boot 4096 1 16 X=1)"
-        echo "S10240 $(boot 10240 16 16 X=1)"
-        echo "T10240 $(BOOT_ARGS=--table boot 10240 16 16 X=1)"
+        for n in 4096 10240; do
+            h=$([ $n = 4096 ] && echo 1 || echo 16)
+            echo "S$n $(boot $n $h 16 X=1)"
+            [ $table = 1 ] && echo "T$n $(BOOT_ARGS=--table boot $n $h 16 X=1)"
+        done
     done
 fi
 if [[ " $parts " == *" bcast "* ]]; then
