@@ -122,12 +122,15 @@ bench-plots:
 # 1k, 4k and 10k ranks, 1 and 16 roots, one host and 16 emulated hosts, phases,
 # fds and memory per rank; TCPStore beside it where `import torch` works.
 # SCALE_RANKS=1024,4096 SCALE_ROOTS=1,16 SCALE_HOSTS=1,16 narrow it; SCALE_NETNS=1
-# emulates the hosts with network namespaces (oobx-run --hosts, as root).
+# emulates the hosts with network namespaces (oobx-run --hosts, as root);
+# SCALE_TABLE=4096,10240 (the default) adds oobx_allgather_table runs at those
+# counts (16 roots, the most hosts), SCALE_TABLE= none.
 SCALE_RANKS ?= 1024,4096,10240
 SCALE_ROOTS ?= 1,16
 SCALE_HOSTS ?= 1,16
 SCALE_TCPSTORE ?= 1024,4096
+SCALE_TABLE ?= 4096,10240
 bench-scale: all
 	$(BENCH_PY) bench/scale.py $(BUILD) $(BENCH_OUT)/scale --ranks $(SCALE_RANKS) --roots $(SCALE_ROOTS) \
-	    --hosts $(SCALE_HOSTS) --tcpstore $(SCALE_TCPSTORE)
+	    --hosts $(SCALE_HOSTS) --tcpstore $(SCALE_TCPSTORE) --table $(SCALE_TABLE)
 .PHONY: bench-scale

@@ -11,13 +11,16 @@ or with network namespaces (oobx-run --hosts) when SCALE_NETNS=1.
 PyTorch's TCPStore is timed the same way where `import torch` works.
 
 usage: scale.py BUILD OUT_DIR [--ranks 1024,4096,10240] [--roots 1,16] [--hosts 1,16]
-                [--transport socket] [--tcpstore 1024,4096] [--repeat 1]
+                [--transport socket] [--tcpstore 1024,4096] [--table 4096,10240]
+--table: rank counts to also run with oobx-boot --table (the cards through
+oobx_allgather_table: one shared table a host, no copy a rank), 16 roots
+and the largest --hosts.
 Writes OUT_DIR/scale.json, OUT_DIR/scale.md and OUT_DIR/scale.png (matplotlib).
 """
 import argparse, json, os, re, subprocess, sys, time
 
 
-def run_boot(build, n, roots, hosts, transport, netns, label, extra_env):
+def run_boot(build, n, roots, hosts, transport, netns, label, extra_env, boot_args=()):
     env = dict(os.environ)
     env.update({"OOBX_TRANSPORT": transport, "OOBX_SOCKET_IFNAME": env.get("OOBX_SOCKET_IFNAME", "lo"),
                 "UCX_NET_DEVICES": "lo"})
@@ -28,13 +31,14 @@ def run_boot(build, n, roots, hosts, transport, netns, label, extra_env):
     boot = os.path.join(build, "bin", "oobx-boot")
     run = os.path.join(build, "bin", "oobx-run")
     cmd = [run, "-n", str(n), "-r", str(roots), "--timeout", "900"]
+    args = ["--label=" + label] + list(boot_args)
     if hosts > 1 and netns:
-        cmd += ["--hosts", str(hosts), "--", boot, "--label=" + label]
+        cmd += ["--hosts", str(hosts), "--", boot] + args
     elif hosts > 1:
         per = (n + hosts - 1) // hosts
-        cmd += ["--", "sh", "-c", "OOBX_HOST_ID=$((OOBX_RANK / %d)) exec %s --label=%s" % (per, boot, label)]
+        cmd += ["--", "sh", "-c", "OOBX_HOST_ID=$((OOBX_RANK / %d)) exec %s %s" % (per, boot, " ".join(args))]
     else:
-        cmd += ["--", boot, "--label=" + label]
+        cmd += ["--", boot] + args
     t0 = time.time()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     wall = time.time() - t0
@@ -95,8 +99,9 @@ def plot(results, path):
     for r in results:
         if "error" in r or "boot_s" not in r:
             continue
-        key = "TCPStore" if r["label"] == "tcpstore" else "oobx %d roots, %d hosts%s" % (
-            r["roots"], r["hosts"], "" if r.get("node_aware", "1") == "1" else " (flat)")
+        key = "TCPStore" if r["label"] == "tcpstore" else "oobx %d roots, %d hosts%s%s" % (
+            r["roots"], r["hosts"], "" if r.get("node_aware", "1") == "1" else " (flat)",
+            " (table)" if r.get("table") else "")
         series.setdefault(key, []).append((r["ranks"], r["boot_s"]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ticks = sorted({n for s in series.values() for n, _ in s})
@@ -126,6 +131,7 @@ def main():
     ap.add_argument("--transport", default="socket")
     ap.add_argument("--tcpstore", default="1024,4096")
     ap.add_argument("--flat", default="", help="rank counts to also run with OOBX_NODE_AWARE=0")
+    ap.add_argument("--table", default="", help="rank counts to also run with oobx-boot --table")
     ap.add_argument("--anchors", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "anchors"))
     ap.add_argument("--machine", default=os.uname().nodename)
     a = ap.parse_args()
@@ -139,6 +145,11 @@ def main():
                 r = run_boot(a.build, n, roots, hosts, a.transport, netns, label, {})
                 print(json.dumps(r), flush=True)
                 results.append(r)
+        if str(n) in a.table.split(","):
+            hosts = max(int(x) for x in a.hosts.split(",") if x)
+            r = run_boot(a.build, n, 16, hosts, a.transport, netns, "n%d_r16_h%d_table" % (n, hosts), {}, ["--table"])
+            print(json.dumps(r), flush=True)
+            results.append(r)
         if str(n) in a.flat.split(","):
             r = run_boot(a.build, n, 1, 1, a.transport, False, "n%d_flat" % n, {"OOBX_NODE_AWARE": "0"})
             print(json.dumps(r), flush=True)
