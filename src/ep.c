@@ -471,7 +471,14 @@ static int same_call_other_sig(uint64_t a, uint64_t b)
     return (a & OOBX_COLL_CALL_MASK) == (b & OOBX_COLL_CALL_MASK) && ((a ^ b) & COLL_SIG_BITS);
 }
 
-/* A collective message came: is it for this rank's current call in its group, signed otherwise? */
+/* The slot of a call (context, group, number) in the table of past calls. */
+static unsigned past_slot(uint64_t ctx, uint64_t tag)
+{
+    return (unsigned)(oobx__mix64(ctx, tag & OOBX_COLL_CALL_MASK) % OOBX_EP_PAST);
+}
+
+/* A collective message came: is it for this rank's current call in its
+ * group, or for one it made before, signed otherwise? */
 static void coll_check_arrival(oobx_ep_t *ep, uint64_t ctx, int src, uint64_t tag)
 {
     for (int k = 0; k < OOBX_EP_RECENT; k++)
@@ -479,6 +486,9 @@ static void coll_check_arrival(oobx_ep_t *ep, uint64_t ctx, int src, uint64_t ta
             coll_disagree(ep, src, tag, ep->calls[k].tag);
             return;
         }
+    unsigned s = past_slot(ctx, tag);
+    if (ep->past[s].tag && ep->past[s].ctx == ctx && same_call_other_sig(ep->past[s].tag, tag))
+        coll_disagree(ep, src, tag, ep->past[s].tag);
 }
 
 void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag)
@@ -495,6 +505,9 @@ void oobx__ep_coll_begin(const oobx__ep_view_t *v, uint64_t tag)
     }
     ep->calls[k].ctx = v->ctx;
     ep->calls[k].tag = tag;
+    unsigned s = past_slot(v->ctx, tag);
+    ep->past[s].ctx = v->ctx;
+    ep->past[s].tag = tag;
     if (!ep->ncoll_ux) return;
     /* messages of this call number that came early */
     for (size_t b = 0; b < ep->nbuckets; b++)

@@ -108,6 +108,7 @@ typedef struct oobx_mq oobx_mq_t;
 #define OOBX_PROBE_MAX 8 /* ranks one probe asks, and ranks one answer names */
 #define OOBX_CTX_TEXT 600 /* why a context failed, as sent */
 #define OOBX_EP_RECENT 8  /* entries of each of the endpoint's round-robin tables below */
+#define OOBX_EP_PAST 64   /* slots of the endpoint's table of past collective calls */
 
 /* A context and why it is of note (never joined, or failed). */
 typedef struct oobx_ctx_note {
@@ -221,6 +222,12 @@ typedef struct oobx_ep {
         uint64_t ctx, tag;
     } calls[OOBX_EP_RECENT];
     int calls_next;
+    /* the calls made before the current ones, by (context, call number):
+     * a message of a call this rank has left, signed otherwise, is a
+     * disagreement too (found late, where the current call would not see it) */
+    struct {
+        uint64_t ctx, tag;
+    } past[OOBX_EP_PAST];
     size_t ncoll_ux;         /* collective messages in the unexpected queues (0: no rival can exist) */
 } oobx_ep_t;
 

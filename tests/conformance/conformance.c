@@ -1449,7 +1449,11 @@ static int rank_call_mismatch(harness_rank_t *r)
     /* a rank still in this barrier when the first ones see the disagreement
      * hears of it there: that counts as its answer */
     int rc = oobx_barrier(c);
-    if (rc == OOBX_SUCCESS && p->count == 0) {
+    /* count 3: as 0, but the odd ranks come 300 ms late, so that the even
+     * ones have left the broadcast (rank 0's children got its bytes) when
+     * rank 1's message reaches rank 2: a disagreement found after the call */
+    if (rc == OOBX_SUCCESS && p->count == 3 && r->rank % 2) sleep_ms(300);
+    if (rc == OOBX_SUCCESS && (p->count == 0 || p->count == 3)) {
         int root = r->rank % 2;
         uint64_t v = r->rank == root ? 1000u + (unsigned)root : 0;
         rc = oobx_bcast(c, root, &v, sizeof v);
@@ -1813,6 +1817,9 @@ static void build_cases(conf_suite_t *s)
     c = add_case(s, "bcast_root_mismatch_n7", rank_call_mismatch, 7, 2);
     c->job.call_timeout_ms = 10000;
     c->p.count = 0;
+    c = add_case(s, "bcast_root_mismatch_late_n4", rank_call_mismatch, 4, 1);
+    c->job.call_timeout_ms = 10000;
+    c->p.count = 3;
     c = add_case(s, "bcast_vs_allgather_n5", rank_call_mismatch, 5, 1);
     c->job.call_timeout_ms = 10000;
     c->p.count = 1;
