@@ -470,6 +470,54 @@ static oobx__cma_peer_t *direct_peer(oobx_ep_t *ep, int er, const unsigned char 
     return p;
 }
 
+/* This endpoint's cross-memory identity and its table of peers, made at
+ * its first direct call: 0 when the table could not be made (the rank
+ * then offers nothing and reads nothing). */
+static int direct_self(oobx_ep_t *ep)
+{
+    if (!ep->direct.peers) {
+        ep->direct.peers = calloc((size_t)ep->nranks, sizeof(*ep->direct.peers));
+        if (ep->direct.peers) oobx__cma_self_init(&ep->direct.self, 1);
+    }
+    return ep->direct.peers != NULL;
+}
+
+/* Writes this rank's record into rec: its identity (scope 0: it offers
+ * nothing), buf and bytes, and what memory lies under [buf, buf + span). */
+static void direct_rec_encode(oobx_ep_t *ep, unsigned char *rec, const void *buf, uint64_t bytes, size_t span)
+{
+    int offered = direct_self(ep);
+    oobx__cma_encode(&ep->direct.self, rec);
+    if (!offered) memset(rec, 0, 8);
+    oobx__put_u64(rec + OOBX_CMA_ID_BYTES, (uint64_t)(uintptr_t)buf);
+    oobx__put_u64(rec + OOBX_CMA_ID_BYTES + 8, bytes);
+    oobx__mem_desc_t md;
+    oobx__mem_describe(&ep->mem, buf, span, &md);
+    oobx__mem_desc_encode(&md, rec + OOBX_CMA_ID_BYTES + 16);
+}
+
+/* Copies len bytes at src of endpoint rank er, whose record is rec, into
+ * dst: through a mapping of its oobx_mem_alloc region when the record names
+ * one (and mapping it has not failed before), else with process_vm_readv.
+ * 0, or -1 with the reason in the peer's why. what and q name the call and
+ * the peer's group rank in the debug line of a mapping that failed. */
+static int direct_read(const oobx__ep_view_t *c, int er, const unsigned char *rec, void *dst, uint64_t src, size_t len,
+                       const char *what, int q)
+{
+    oobx_ep_t *ep = c->ep;
+    if (!direct_self(ep)) return -1;
+    oobx__cma_peer_t *p = direct_peer(ep, er, rec);
+    if (!oobx__cma_check(p)) return -1;
+    oobx__mem_desc_t md;
+    oobx__mem_desc_decode(rec + OOBX_CMA_ID_BYTES + 16, &md);
+    if (md.id && !p->nomap) {
+        if (oobx__mem_read(&ep->mem, p, er, &md, dst, src, len) == 0) return 0; /* one copy at memcpy speed */
+        OOBX_DEBUG(c->log, "rank %d: %s: cannot map the region of group rank %d (%s); process_vm_readv instead",
+                   c->rank, what, q, p->why);
+    }
+    return oobx__cma_pull(p, dst, src, len) == 0 ? 0 : -1;
+}
+
 /* The direct allgather, or nothing: *done 1 when every slice is in place.
  * 1. every rank allgathers its record (small, through the transport);
  * 2. when every record names the same kernel and pid namespace, each rank
@@ -486,21 +534,10 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
     oobx_ep_t *ep = c->ep;
     int n = g->n, me = g->me;
     *done = 0;
-    if (!ep->direct.peers) {
-        ep->direct.peers = calloc((size_t)ep->nranks, sizeof(*ep->direct.peers));
-        if (ep->direct.peers) oobx__cma_self_init(&ep->direct.self, 1);
-    }
     unsigned char *recs = malloc((size_t)n * (DIRECT_REC + 4));
     if (!recs) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
     unsigned char *st = recs + (size_t)n * DIRECT_REC;
-    unsigned char *mine = recs + (size_t)me * DIRECT_REC;
-    oobx__cma_encode(&ep->direct.self, mine);
-    if (!ep->direct.peers) memset(mine, 0, 8); /* scope 0: this rank offers nothing */
-    oobx__put_u64(mine + OOBX_CMA_ID_BYTES, (uint64_t)(uintptr_t)buf);
-    oobx__put_u64(mine + OOBX_CMA_ID_BYTES + 8, bpr);
-    oobx__mem_desc_t md;
-    oobx__mem_describe(&ep->mem, buf, (size_t)n * bpr, &md);
-    oobx__mem_desc_encode(&md, mine + OOBX_CMA_ID_BYTES + 16);
+    direct_rec_encode(ep, recs + (size_t)me * DIRECT_REC, buf, bpr, (size_t)n * bpr);
     int rc = algo_allgather(c, g, recs, DIRECT_REC, "auto");
     if (rc != 0) goto out;
     uint64_t scope0, bpr0 = oobx__get_u64(recs + OOBX_CMA_ID_BYTES + 8);
@@ -535,20 +572,11 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
         int q = (me + s) % n; /* each rank starts at another peer */
         const unsigned char *rq = recs + (size_t)q * DIRECT_REC;
         int er = oobx__ep_view_rank(c, member(g, q));
-        oobx__cma_peer_t *p = direct_peer(ep, er, rq);
         uint64_t src = oobx__get_u64(rq + OOBX_CMA_ID_BYTES) + (uint64_t)q * bpr;
-        oobx__mem_desc_decode(rq + OOBX_CMA_ID_BYTES + 16, &md);
-        int ok = oobx__cma_check(p);
-        if (ok && md.id && !p->nomap) {
-            if (oobx__mem_read(&ep->mem, p, er, &md, buf + (size_t)q * bpr, src, bpr) == 0)
-                continue; /* through a mapping of the peer's region: one copy at memcpy speed */
-            OOBX_DEBUG(c->log, "rank %d: allgather (direct): cannot map the region of group rank %d (%s); "
-                       "process_vm_readv instead", c->rank, q, p->why);
-        }
-        if (!ok || oobx__cma_pull(p, buf + (size_t)q * bpr, src, bpr) != 0) {
+        if (direct_read(c, er, rq, buf + (size_t)q * bpr, src, bpr, "allgather (direct)", q) != 0) {
             status = 1u + (uint32_t)q;
             OOBX_DEBUG(c->log, "rank %d: allgather (direct): cannot read the slice of group rank %d: %s", c->rank, q,
-                       p->why);
+                       ep->direct.peers[er].why);
         }
     }
     oobx__put_u32(st + 4 * (size_t)me, status);
@@ -763,22 +791,10 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
     oobx_ep_t *ep = c->ep;
     int n = g->n, me = g->me;
     *done = 0;
-    if (!ep->direct.peers) {
-        ep->direct.peers = calloc((size_t)ep->nranks, sizeof(*ep->direct.peers));
-        if (ep->direct.peers) oobx__cma_self_init(&ep->direct.self, 1);
-    }
     unsigned char rec[DIRECT_REC];
     unsigned char *st = malloc((size_t)n * DIRECT_BCAST_ST);
     if (!st) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a broadcast of %d ranks", c->rank, n);
-    if (me == root) {
-        oobx__cma_encode(&ep->direct.self, rec);
-        if (!ep->direct.peers) memset(rec, 0, 8); /* scope 0: nothing offered */
-        oobx__put_u64(rec + OOBX_CMA_ID_BYTES, (uint64_t)(uintptr_t)buf);
-        oobx__put_u64(rec + OOBX_CMA_ID_BYTES + 8, bytes);
-        oobx__mem_desc_t md;
-        oobx__mem_describe(&ep->mem, buf, bytes, &md);
-        oobx__mem_desc_encode(&md, rec + OOBX_CMA_ID_BYTES + 16);
-    }
+    if (me == root) direct_rec_encode(ep, rec, buf, bytes, bytes);
     int rc = tree_bcast(c, g, root, rec, sizeof(rec));
     if (rc != 0) goto out;
     /* Reads of the root's process by several ranks at once contend in the
@@ -804,20 +820,10 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
         int er = oobx__ep_view_rank(c, member(g, root));
         if (rbytes != bytes) {
             status = BCAST_SIZE_DIFFERS;
-        } else if (!ep->direct.peers) {
+        } else if (direct_read(c, er, rec, buf, src, bytes, "broadcast (direct)", root) != 0) {
             status = BCAST_READ_FAILED;
-        } else {
-            oobx__cma_peer_t *p = direct_peer(ep, er, rec);
-            oobx__mem_desc_t md;
-            oobx__mem_desc_decode(rec + OOBX_CMA_ID_BYTES + 16, &md);
-            int ok = oobx__cma_check(p);
-            if (ok && md.id && !p->nomap && oobx__mem_read(&ep->mem, p, er, &md, buf, src, bytes) == 0) {
-                /* through a mapping of the root's region */
-            } else if (!ok || oobx__cma_pull(p, buf, src, bytes) != 0) {
-                status = BCAST_READ_FAILED;
-                OOBX_DEBUG(c->log, "rank %d: broadcast (direct): cannot read the buffer of group rank %d: %s", c->rank,
-                           root, p->why);
-            }
+            OOBX_DEBUG(c->log, "rank %d: broadcast (direct): cannot read the buffer of group rank %d: %s", c->rank, root,
+                       ep->direct.peers ? ep->direct.peers[er].why : "this rank offers no reads");
         }
     }
     oobx__put_u32(st + (size_t)me * DIRECT_BCAST_ST, status);

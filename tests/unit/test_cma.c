@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "cma.h"
+#include "unit/fork_child.h"
 
 #define BUF_BYTES (3u << 20)
 
@@ -30,36 +31,30 @@ static void pattern(unsigned char *b, size_t n)
     for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(i * 131u + 7u);
 }
 
-/* Forks a child that fills a buffer, publishes its identity and waits. */
+/* In the child: fills a buffer and publishes its identity and address. */
+static void publish(void *rec, int pipe_fd)
+{
+    (void)pipe_fd;
+    static oobx__cma_self_t self;
+    oobx__cma_self_init(&self, 1);
+    unsigned char *b = malloc(BUF_BYTES);
+    if (!b) _exit(1);
+    pattern(b, BUF_BYTES);
+    child_t *c = rec;
+    *c = (child_t){.pid = getpid(), .buf = (uint64_t)(uintptr_t)b};
+    oobx__cma_encode(&self, c->id);
+}
+
 static child_t child_start(void)
 {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        static oobx__cma_self_t self;
-        oobx__cma_self_init(&self, 1);
-        unsigned char *b = malloc(BUF_BYTES);
-        if (!b) _exit(1);
-        pattern(b, BUF_BYTES);
-        child_t c = {.pid = getpid(), .buf = (uint64_t)(uintptr_t)b};
-        oobx__cma_encode(&self, c.id);
-        if (write(p[1], &c, sizeof c) != (ssize_t)sizeof c) _exit(1);
-        pause();
-        _exit(0);
-    }
-    close(p[1]);
     child_t c;
-    assert_int_equal(read(p[0], &c, sizeof c), (ssize_t)sizeof c);
-    close(p[0]);
+    child_fork(publish, &c, sizeof c);
     return c;
 }
 
 static void child_stop(const child_t *c)
 {
-    kill(c->pid, SIGKILL);
-    waitpid(c->pid, NULL, 0);
+    child_kill(c->pid);
 }
 
 static void test_pull_from_child(void **state)

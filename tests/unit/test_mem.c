@@ -20,6 +20,7 @@
 
 #include "cma.h"
 #include "mem.h"
+#include "unit/fork_child.h"
 
 #define NREG 70      /* more than the cache holds */
 #define REG_BYTES 40000 /* not a page multiple: regions are rounded up */
@@ -38,50 +39,45 @@ static unsigned char pat(int reg, size_t i)
     return (unsigned char)(i * 131u + 7u + (unsigned)reg * 29u);
 }
 
+/* In the child: NREG regions filled with their patterns, a memfd of the
+ * right shape without seals, and the pipe's end (a descriptor that is no
+ * memfd), described for the parent. */
+static void publish(void *rec, int pipe_fd)
+{
+    static oobx__cma_self_t self;
+    static oobx__mem_t m;
+    oobx__cma_self_init(&self, 1);
+    oobx__mem_init(&m);
+    child_t *c = rec;
+    c->pid = getpid();
+    oobx__cma_encode(&self, c->id);
+    char why[200];
+    for (int k = 0; k < NREG; k++) {
+        unsigned char *b;
+        if (oobx__mem_alloc(&m, REG_BYTES, (void **)&b, why, sizeof(why)) != 0) _exit(1);
+        for (size_t i = 0; i < REG_BYTES; i++) b[i] = pat(k, i);
+        oobx__mem_describe(&m, b, REG_BYTES, &c->reg[k]);
+    }
+    int fd = (int)syscall(SYS_memfd_create, "plain", 0);
+    if (fd < 0 || ftruncate(fd, c->reg[0].len) != 0) _exit(1);
+    struct stat st;
+    if (fstat(fd, &st) != 0) _exit(1);
+    c->unsealed = c->reg[0];
+    c->unsealed.fd = (uint32_t)fd;
+    c->unsealed.ino = (uint64_t)st.st_ino;
+    c->pipe_fd = (uint32_t)pipe_fd;
+}
+
 static child_t child_start(void)
 {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        static oobx__cma_self_t self;
-        static oobx__mem_t m;
-        oobx__cma_self_init(&self, 1);
-        oobx__mem_init(&m);
-        static child_t c;
-        c.pid = getpid();
-        oobx__cma_encode(&self, c.id);
-        char why[200];
-        for (int k = 0; k < NREG; k++) {
-            unsigned char *b;
-            if (oobx__mem_alloc(&m, REG_BYTES, (void **)&b, why, sizeof(why)) != 0) _exit(1);
-            for (size_t i = 0; i < REG_BYTES; i++) b[i] = pat(k, i);
-            oobx__mem_describe(&m, b, REG_BYTES, &c.reg[k]);
-        }
-        int fd = (int)syscall(SYS_memfd_create, "plain", 0);
-        if (fd < 0 || ftruncate(fd, c.reg[0].len) != 0) _exit(1);
-        struct stat st;
-        if (fstat(fd, &st) != 0) _exit(1);
-        c.unsealed = c.reg[0];
-        c.unsealed.fd = (uint32_t)fd;
-        c.unsealed.ino = (uint64_t)st.st_ino;
-        c.pipe_fd = (uint32_t)p[1];
-        if (write(p[1], &c, sizeof c) != (ssize_t)sizeof c) _exit(1);
-        pause();
-        _exit(0);
-    }
-    close(p[1]);
     child_t c;
-    assert_int_equal(read(p[0], &c, sizeof c), (ssize_t)sizeof c);
-    close(p[0]);
+    child_fork(publish, &c, sizeof c);
     return c;
 }
 
 static void child_stop(const child_t *c)
 {
-    kill(c->pid, SIGKILL);
-    waitpid(c->pid, NULL, 0);
+    child_kill(c->pid);
 }
 
 typedef struct fixture {
