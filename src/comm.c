@@ -782,6 +782,15 @@ static void node_sig_name(uint64_t sig, char *buf, size_t len)
     else snprintf(buf, len, "oobx_allgather of %llu bytes per rank", (unsigned long long)sig);
 }
 
+/* 1 when this rank holds a table of oobx_allgather_table in the host's
+ * shared buffer b (under the endpoint's lock). */
+static int table_holds(const struct oobx_comm *c, int b)
+{
+    for (int i = 0; i < c->ntables; i++)
+        if (c->tables[i].b == b) return 1;
+    return 0;
+}
+
 /* What oobx_allgather_table asks of node_collective: this rank's slice
  * comes from mine, and the result stays in the host's shared buffer, which
  * this rank does not leave (b and k say which use it holds). */
@@ -804,7 +813,7 @@ static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barri
     if (barrier) bpr = 0;
     oobx__node_t *seg = c->node.seg;
     pthread_mutex_lock(&c->v.ep->lock);
-    if (c->node.held[c->node.uses & 1]) {
+    if (table_holds(c, (int)(c->node.uses & 1))) {
         /* its next use waits for every rank of the host to leave it, this one too */
         pthread_mutex_unlock(&c->v.ep->lock);
         return oobx__fail(&c->log, OOBX_ERR_INVALID,
@@ -1420,7 +1429,6 @@ int oobx_allgather_table(oobx_comm_t c, const void *mine, size_t bpr, const void
         h.table = h.own;
     }
     pthread_mutex_lock(&c->v.ep->lock);
-    if (h.b >= 0) c->node.held[h.b] = 1;
     c->tables[c->ntables++] = h;
     pthread_mutex_unlock(&c->v.ep->lock);
     *table = h.table;
@@ -1432,10 +1440,7 @@ static void table_drop(struct oobx_comm *c, int i)
 {
     struct held_table h = c->tables[i];
     c->tables[i] = c->tables[--c->ntables];
-    if (h.b >= 0) {
-        c->node.held[h.b] = 0;
-        oobx__node_ag_leave(c->node.seg, h.b, h.k);
-    }
+    if (h.b >= 0) oobx__node_ag_leave(c->node.seg, h.b, h.k);
     free(h.own);
 }
 

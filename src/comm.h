@@ -43,7 +43,6 @@ struct oobx_comm {
         int *members;           /* leaders: the host's ranks */
         uint32_t uses;          /* node-aware allgathers so far */
         oobx_cancel_t cancel;   /* the deadline of the call in progress, and the aborts */
-        int held[2];            /* this rank holds the table of buffer b (oobx_allgather_table) */
     } node;
     /* tables of oobx_allgather_table not released yet */
     struct held_table {
