@@ -109,8 +109,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
         for (int i = 0; i < ntab && n < (int)OOBX_ARRAY_SIZE(order); i++)
             if (tab[i].auto_order > 0) order[n++] = &tab[i];
         qsort(order, (size_t)n, sizeof(order[0]), auto_cmp);
-        int ncpu = oobx__online_cpus();
-        if (oobx__tp_auto_socket_first(c->v.nranks, c->settings.local_size, ncpu)) {
+        if (oobx__tp_auto_socket_first(c->v.nranks, c->settings.local_size)) {
             /* the socket first, the others after it in their order */
             for (int i = 0; i < n; i++)
                 if (order[i]->builtin) {
@@ -119,9 +118,8 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
                     order[0] = s;
                     break;
                 }
-            snprintf(note, sizeof(note),
-                     " (OOBX_TRANSPORT=auto: the launcher puts all %d ranks on this host of %d CPUs)", c->v.nranks,
-                     ncpu);
+            snprintf(note, sizeof(note), " (OOBX_TRANSPORT=auto: the launcher puts all %d ranks on this host)",
+                     c->v.nranks);
         }
     } else {
         order[n] = oobx__tp_find(want);

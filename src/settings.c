@@ -14,7 +14,7 @@
 #define S_(field) offsetof(oobx_settings_t, field), sizeof(((oobx_settings_t *)0)->field)
 
 const oobx_setting_desc_t oobx__settings_table[] = {
-    {"OOBX_TRANSPORT", "auto", "transport of the ring, allgather and p2p: auto, socket, ucx, verbs (auto: ucx when its module loads and a worker can be made, else verbs when its module loads and finds an RDMA device, else socket; socket first when the launcher puts the whole job on this host with more ranks than CPUs)", OOBX_SET_STR, S_(transport), 0, 0},
+    {"OOBX_TRANSPORT", "auto", "transport of the ring, allgather and p2p: auto, socket, ucx, verbs (auto: ucx when its module loads and a worker can be made, else verbs when its module loads and finds an RDMA device, else socket; socket first when the launcher puts the whole job on this host)", OOBX_SET_STR, S_(transport), 0, 0},
     {"OOBX_TIMEOUT_MS", "120000", "bound of each blocking call in ms, init included; -1 waits forever", OOBX_SET_INT, S_(timeout_ms), -1, INT_MAX},
     {"OOBX_SOCKET_IFNAME", "", "interfaces for sockets: prefix list (eth,ib), ^ excludes (^docker,lo), = exact (=eth0); empty: automatic", OOBX_SET_STR, S_(socket_ifname), 0, 0},
     {"OOBX_SOCKET_FAMILY", "", "address family for sockets: AF_INET or AF_INET6 (also 4, 6); empty: either", OOBX_SET_FAMILY, S_(socket_family), 0, 0},

@@ -35,9 +35,9 @@ const oobx__tp_entry_t *oobx__tp_by_id(uint32_t id)
     return NULL;
 }
 
-int oobx__tp_auto_socket_first(int nranks, int local_size, int ncpu)
+int oobx__tp_auto_socket_first(int nranks, int local_size)
 {
-    return nranks > 1 && local_size == nranks && nranks > ncpu;
+    return nranks >= 1 && local_size == nranks;
 }
 
 int oobx__tp_auto_order(const oobx__tp_entry_t **order, int max)

@@ -33,12 +33,14 @@ int oobx__tp_auto_order(const oobx__tp_entry_t **order, int max);
 
 /* 1 when OOBX_TRANSPORT=auto takes the socket transport first for a job of
  * nranks: the launcher puts the whole job on this host (local_size ==
- * nranks) and it has fewer CPUs (ncpu) than ranks. Then no rank polls, the
- * wake-up cost of every message is the same for all transports, and UCX's
- * set-up (its context, worker and endpoints, CPU every rank pays on the
- * shared cores) only makes init slower (docs/design.md). The same answer on
- * every rank of the job: one host, one launcher. */
-int oobx__tp_auto_socket_first(int nranks, int local_size, int ncpu);
+ * nranks). Within one host the large collectives read peers' memory
+ * directly over any transport, so what UCX adds there is only the latency
+ * of small messages (a few µs each, with a core per rank), while its
+ * set-up (its libraries, context, worker and endpoints) makes every init
+ * several ms slower than sockets: more than thousands of small calls give
+ * back (docs/perf/auto/). The same answer on every rank of the job: one
+ * host, one launcher. */
+int oobx__tp_auto_socket_first(int nranks, int local_size);
 
 /* The module directory in effect for s: OOBX_MODULE_DIR, else the one fixed
  * when the library was built (the build tree) or installed ($(LIBDIR)/oobx). */

@@ -89,11 +89,9 @@ static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state
         }
         printf("      %-7s not used: %s\n", order[k]->name, st[i].why[0] ? st[i].why : "no reason given");
     }
-    int ncpu = oobx__online_cpus(); /* as init counts them */
-    printf("    but a job whose launcher puts all of its ranks on this host, more of them than its %d CPUs,\n"
-           "    takes socket first: no rank polls there, the wake-up of every message costs the same on\n"
-           "    every transport, and UCX's set-up only makes init slower (docs/design.md)\n",
-           ncpu);
+    printf("    but a job whose launcher puts all of its ranks on this host takes socket first: there the\n"
+           "    large collectives read the peers' memory over any transport, and UCX's set-up makes init\n"
+           "    slower by more than its faster small messages give back (docs/design.md)\n");
     /* Run under a launcher (srun oobx-info, oobx-run -n 64 -- oobx-info): the
      * rule applied to the job it sees. */
     oobx_launch_settings_t ls;
@@ -107,7 +105,8 @@ static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state
         printf("    this process runs under %s, which does not say how many ranks share this host\n", l.name);
         return;
     }
-    int first = oobx__tp_auto_socket_first(l.nranks, l.local_size, ncpu);
+    int ncpu = oobx__online_cpus(); /* as init counts them */
+    int first = oobx__tp_auto_socket_first(l.nranks, l.local_size);
     printf("    this job (%s: %d ranks, %d on this host of %d CPUs): auto takes %s\n", l.name, l.nranks,
            l.local_size, ncpu, first ? "socket first" : pick ? pick->name : "none");
 }

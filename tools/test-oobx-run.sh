@@ -156,15 +156,18 @@ if [ -x "$info" ]; then
     if grep -Eq '^  OOBX_TRANSPORT=auto would use: (ucx|verbs|socket)$' "$tmp/out" &&
         grep -Eq '^      (ucx|verbs|socket) +starts' "$tmp/out"; then ok "oobx-info: auto's choice with the built modules"
     else bad "oobx-info: auto's choice with the built modules"; fi
-    # under a launcher: the whole job on this host, one rank more than its CPUs,
-    # takes socket first; as many ranks as CPUs keeps the order
+    # under a launcher: the whole job on this host takes socket first, with
+    # more ranks than CPUs or as many; a job over two hosts keeps the order
     ncpu=$(getconf _NPROCESSORS_ONLN)
     env -u OOBX_TRANSPORT "$run" -n $((ncpu + 1)) -- "$info" >"$tmp/out" 2>"$tmp/err"
     if [ "$(grep -c "^\[[0-9]*\]     this job (oobx-run: $((ncpu + 1)) ranks, $((ncpu + 1)) on this host of $ncpu CPUs): auto takes socket first$" "$tmp/out")" -eq $((ncpu + 1)) ] &&
         env -u OOBX_TRANSPORT "$run" -n "$ncpu" -- "$info" >"$tmp/out" 2>"$tmp/err" &&
-        grep -q "^\[0\]     this job (oobx-run: $ncpu ranks, $ncpu on this host of $ncpu CPUs): auto takes [a-z]*$" "$tmp/out" &&
-        ! grep -q "auto takes socket first" "$tmp/out"; then ok "oobx-info under oobx-run: auto's choice for the job's shape"
-    else bad "oobx-info under oobx-run: auto's choice for the job's shape"; fi
+        [ "$(grep -c "^\[[0-9]*\]     this job (oobx-run: $ncpu ranks, $ncpu on this host of $ncpu CPUs): auto takes socket first$" "$tmp/out")" -eq "$ncpu" ] &&
+        env -u OOBX_TRANSPORT RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=29500 "$info" >"$tmp/out" 2>"$tmp/err" &&
+        grep -q "^    this job (torchrun: 4 ranks, 2 on this host of $ncpu CPUs): auto takes [a-z]*$" "$tmp/out" &&
+        ! grep -q "auto takes socket first" "$tmp/out"; then ok "oobx-info under a launcher: auto's choice for the job's shape"
+    else bad "oobx-info under a launcher: auto's choice for the job's shape"; fi
     # -c lists the launcher settings with the others, values from the environment
     OOBX_LAUNCHER=slurm OOBX_RUN_KEY=k "$info" -c >"$tmp/out" 2>"$tmp/err"
     if grep -q '^OOBX_LAUNCHER=slurm    # set in the environment$' "$tmp/out" &&
