@@ -1429,17 +1429,24 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
     oobx_ep_t *ep = v->ep;
     oobx_tp_t *tp = ep->tp;
     if (v->deadline_ns && v->deadline_ns < deadline_ns) deadline_ns = v->deadline_ns;
+    if (done(arg)) return 0; /* no clock for a wait that is over */
     uint64_t t0 = oobx__now_ns();
+    /* the last clock reading: a wait that ends while polling takes it for
+     * its end (at most OOBX_SPIN_CHECK_EVERY passes early), so that no
+     * clock is read between the message and the caller */
+    uint64_t seen = t0;
+    int slept = 0;
     probe_t probe = {.phase = PROBE_NONE};
     ep->probe_text[0] = '\0';
     int waited = 0;
     for (;;) {
         if (done(arg)) {
-            if (waited) spin_adapt(ep, oobx__now_ns() - t0);
+            if (waited) spin_adapt(ep, (slept ? oobx__now_ns() : seen) - t0);
             return 0;
         }
         /* the first pass reads no clock again: t0 is now */
         uint64_t now = waited ? oobx__now_ns() : t0;
+        seen = now;
         waited = 1;
         int rc = cancel_check(v);
         if (rc) return rc;
@@ -1521,7 +1528,7 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
                 if (pass % OOBX_SPIN_CHECK_EVERY) continue;
                 pthread_mutex_unlock(&ep->lock);
                 pthread_mutex_lock(&ep->lock);
-                if (oobx__now_ns() >= until) break;
+                if ((seen = oobx__now_ns()) >= until) break;
             }
         }
         if (!done(arg) && !cancel_check(v)) {
@@ -1541,6 +1548,7 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
                 pthread_mutex_unlock(&ep->lock);
                 ep->ops->sleep(tp, fds, nfds + 1, ms);
                 pthread_mutex_lock(&ep->lock);
+                slept = 1;
             }
             ep->ops->progress(tp);
         }

@@ -456,7 +456,9 @@ static int ucx_progress(oobx_tp_t *base)
     if (tp->orphans) ucx_orphans_sweep(tp);
     /* one pass: wait_prepare() finds anything that came in meanwhile (arm
      * says busy) and the core calls progress() again */
-    for (int n = 0; n < 256 && ucp_worker_progress(tp->worker); n++) {
+    /* until a kept receive has a message: it goes to the core now, what
+     * else UCX holds at the next pass */
+    for (int n = 0; n < 256 && !tp->pp_done_head && ucp_worker_progress(tp->worker); n++) {
     }
     ucx_probe(tp);
     if (tp->fatal) return tp->fatal;
@@ -476,6 +478,7 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
 {
     ucx_tp_t *tp = (ucx_tp_t *)base;
     *nfds = 0;
+    ucx_prepost_refill(tp); /* all of them posted before a sleep (one that completes at once: busy) */
     if (tp->fatal || tp->ndirty || tp->fail_pending || tp->pp_done_head) return 1;
     if (max < 1) return 1;
     ucs_status_t st = ucp_worker_arm(tp->worker);

@@ -193,6 +193,10 @@ struct ucx_tp {
      * posted (a post failed, or they are stopped), or wait_prepare saw one */
     int probe_due;
     ucx_prepost_t *pp_done_head, *pp_done_tail; /* completed, in completion order */
+    /* one taken-in receive posted again at the next progress, not at once:
+     * the post (a look into UCX's unexpected queue among it) then falls in
+     * the wait for the next message, not between a message and its answer */
+    ucx_prepost_t *pp_later;
     uint64_t next_watch_ns; /* next look at their pids */
 };
 
@@ -259,6 +263,7 @@ void ucx_probe(ucx_tp_t *tp);
 /* The kept receives: posted at create (0, or why not), cancelled at
  * destroy. */
 int ucx_prepost_start(ucx_tp_t *tp);
+int ucx_prepost_refill(ucx_tp_t *tp);
 void ucx_prepost_stop(ucx_tp_t *tp);
 void ucx_pull_drop(ucx_tp_t *tp, int peer);
 

@@ -628,6 +628,7 @@ static void ucx_prepost_collect(ucx_tp_t *tp);
  * posted receive, and a post takes a waiting message first): no probe. */
 void ucx_probe(ucx_tp_t *tp)
 {
+    ucx_prepost_refill(tp); /* a message waiting in the queue takes it first, and is collected next */
     ucx_prepost_collect(tp); /* first: they came before what waits in the queue */
     if (tp->fatal) return;
     if (tp->pp_on && !tp->probe_due) return;
@@ -787,12 +788,29 @@ static void ucx_prepost_collect(ucx_tp_t *tp)
         }
         if (tp->destroying) {
             tp->probe_due = 1;
+        } else if (!tp->pp_later && !tp->pp_done_head) {
+            tp->pp_later = pp; /* the last of this round: posted at the next progress */
         } else if (ucx_prepost_post(tp, pp) != 0) {
             tp->probe_due = 1;
             tp->fatal = OOBX_ERR_INTERNAL;
             return;
         }
     }
+}
+
+/* Posts the receive left for later (ucx_prepost_collect); 1 when one was. */
+int ucx_prepost_refill(ucx_tp_t *tp)
+{
+    ucx_prepost_t *pp = tp->pp_later;
+    if (!pp) return 0;
+    tp->pp_later = NULL;
+    if (tp->destroying) {
+        tp->probe_due = 1;
+    } else if (ucx_prepost_post(tp, pp) != 0) {
+        tp->probe_due = 1;
+        tp->fatal = OOBX_ERR_INTERNAL;
+    }
+    return 1;
 }
 
 void ucx_prepost_stop(ucx_tp_t *tp)
@@ -809,6 +827,7 @@ void ucx_prepost_stop(ucx_tp_t *tp)
         ucp_worker_progress(tp->worker);
     }
     tp->pp_done_head = tp->pp_done_tail = NULL;
+    tp->pp_later = NULL;
     tp->pp_on = 0;
     tp->probe_due = 1;
 }
