@@ -310,14 +310,14 @@ static void ctrl_take(oobx_ep_t *ep, ctrl_rx_t *m)
 
 /* Sends a control message of len bytes to endpoint rank t. Not from inside
  * progress (the transports do not take sends from their own callbacks). */
-static void ctrl_send(oobx_ep_t *ep, int t, uint64_t tag, const void *payload, size_t len, const char *what)
+static oobx_tp_req_t *ctrl_send(oobx_ep_t *ep, int t, uint64_t tag, const void *payload, size_t len, const char *what)
 {
     typedef struct {
         oobx_sreq_t req;
         unsigned char msg[];
     } ctrl_tx_t;
     ctrl_tx_t *n = malloc(sizeof(*n) + len);
-    if (!n) return;
+    if (!n) return NULL;
     memset(&n->req, 0, sizeof(n->req));
     n->req.peer = t;
     if (len) memcpy(n->msg, payload, len);
@@ -327,10 +327,11 @@ static void ctrl_send(oobx_ep_t *ep, int t, uint64_t tag, const void *payload, s
     if (rc != 0) {
         OOBX_DEBUG(ep->log, "rank %d: the %s to rank %d did not go: %s", ep->rank, what, t, oobx_strerror(rc));
         free(n);
-        return;
+        return NULL;
     }
     ep->talked[t] = 1;
     oobx__ep_adopt(ep, n); /* the transport may hold it until the endpoint goes */
+    return &n->req.tp;
 }
 
 /* Sends the recorded failure to endpoint rank t. */
@@ -345,7 +346,9 @@ static void send_notice(oobx_ep_t *ep, int t)
     /* in init a notice may open a link (UCX: the predecessor's, whose card
      * came first): the ranks that give up stay reachable a moment
      * (INIT_LINGER_MS); later only the links the ranks have carry it */
-    ctrl_send(ep, t, CTRL_FAIL | (ep->ready ? 0 : OOBX_CTRL_MAY_CONNECT), msg, CTRL_FAIL_HDR + tl, "failure notice");
+    oobx_tp_req_t *q =
+        ctrl_send(ep, t, CTRL_FAIL | (ep->ready ? 0 : OOBX_CTRL_MAY_CONNECT), msg, CTRL_FAIL_HDR + tl, "failure notice");
+    if (q && !q->done && ep->nnotice_out < OOBX_NOTICE_OUT) ep->notice_out[ep->nnotice_out++] = q;
 }
 
 /* The endpoint ranks whose messages posted receives wait for (of context
@@ -1372,6 +1375,37 @@ void oobx__ep_linger(oobx_ep_t *ep, int ms)
         oobx__ep_spread(ep);
     }
     pthread_mutex_unlock(&ep->lock);
+}
+
+void oobx__ep_flush_notices(oobx_ep_t *ep, int ms)
+{
+    if (!ep || !ep->tp) return;
+    uint64_t until = 0;
+    for (;;) {
+        int k = 0;
+        for (int i = 0; i < ep->nnotice_out; i++)
+            if (!ep->notice_out[i]->done) ep->notice_out[k++] = ep->notice_out[i];
+        ep->nnotice_out = k;
+        if (!k) return;
+        if (!until) until = oobx__deadline(ms);
+        else if (oobx__now_ns() >= until) {
+            OOBX_DEBUG(ep->log, "rank %d: %d failure notices had not left after %d ms", ep->rank, k, ms);
+            return;
+        }
+        struct pollfd fds[16];
+        int nfds = 0, wms = oobx__ms_left(until, 10);
+        int busy = ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &wms);
+        if (!busy) {
+            fds[0].fd = ep->wake_fd;
+            fds[0].events = POLLIN;
+            fds[0].revents = 0;
+            pthread_mutex_unlock(&ep->lock);
+            ep->ops->sleep(ep->tp, fds, nfds + 1, wms);
+            pthread_mutex_lock(&ep->lock);
+        }
+        ep->ops->progress(ep->tp);
+        oobx__ep_spread(ep);
+    }
 }
 
 const void *oobx__ep_ux_peek(oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag, size_t *len)

@@ -123,6 +123,9 @@ typedef struct oobx_sreq {
     size_t len;
 } oobx_sreq_t;
 
+#define OOBX_NOTICE_OUT 64 /* failure notices tracked until they leave */
+#define OOBX_NOTICE_FLUSH_MS 200 /* how long a failed call waits for them at most */
+
 typedef struct oobx_ep {
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -171,6 +174,10 @@ typedef struct oobx_ep {
     oobx__mem_t mem;
     void **graveyard; /* request memory a transport may still touch */
     size_t ngraveyard;
+    /* failure notices this rank sent that have not left yet (in the
+     * graveyard: valid until the endpoint goes); oobx__ep_flush_notices */
+    oobx_tp_req_t *notice_out[OOBX_NOTICE_OUT];
+    int nnotice_out;
     /* where a peer's address is read the first time it is needed (the host's
      * card table): no rank records all N addresses at init */
     const void *(*addr_fn)(void *arg, int r, size_t *len);
@@ -325,6 +332,13 @@ void oobx__ep_adopt(oobx_ep_t *ep, void *p);
  * a rank that connects to this one only now hears who died instead of
  * finding this rank gone and blaming it. Takes the endpoint lock. */
 void oobx__ep_linger(oobx_ep_t *ep, int ms);
+
+/* A rank whose call fails with the communicator stays until the failure
+ * notices it sent have left, at most ms (under the endpoint's lock): a
+ * notice on a link still in its hello needs this rank's progress, which it
+ * would not have while its caller handles the error (the other ranks would
+ * then wait for it, and hear of its exit instead of its reason). */
+void oobx__ep_flush_notices(oobx_ep_t *ep, int ms);
 /* The first complete unexpected message of (ctx, kind, src, tag), left in
  * its queue; NULL when none is in. Lock held. */
 const void *oobx__ep_ux_peek(oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag, size_t *len);

@@ -64,6 +64,7 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
         c->v.ep->spare_sreq = s;
         s = NULL;
     }
+    if (rc) oobx__comm_flush_notices(c);
     pthread_mutex_unlock(&c->v.ep->lock);
     free(s);
     return rc;
@@ -124,6 +125,7 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
         c->v.ep->spare_rreq = r;
         r = NULL;
     }
+    if (rc) oobx__comm_flush_notices(c);
     pthread_mutex_unlock(&c->v.ep->lock);
     free(r);
     return rc;
