@@ -538,16 +538,43 @@ void ucx_peer_drain(ucx_tp_t *tp, int peer)
 /* A record of peer's is in: the peer is marked for the drain, and watched
  * for failures too (its pid on this host, else an endpoint with UCX's
  * error handling). */
-static void ucx_rrec_watch(ucx_tp_t *tp, int peer)
+static void ucx_peer_watched(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
-    ucx_mark_dirty(tp, peer);
     if (!p->ep && !p->fail.failed && !p->watch_pid) {
         if (ucx_peer_known(tp, peer) && strcmp(p->host, tp->host) == 0)
             ucx_peer_watch(tp, peer);
         else
             ucx_peer_ep(tp, peer);
     }
+}
+
+static void ucx_rrec_watch(ucx_tp_t *tp, int peer)
+{
+    ucx_mark_dirty(tp, peer);
+    ucx_peer_watched(tp, peer);
+}
+
+/* A whole small message that is its sender's next, with none of its
+ * records waiting: it goes to the core from the kept receive's buffer, no
+ * record made (1), else 0 and it takes the record's way. */
+static int ucx_deliver_now(ucx_tp_t *tp, const ucx_tag_info_t *ti, const void *buf, size_t len, uint64_t tag)
+{
+    ucx_peer_t *p = &tp->peers[ti->peer];
+    if (ti->type != UCX_T_EAGER || p->rx_head || p->fail.failed || ucx_tag_seq(tag) != p->rx_seq) return 0;
+    ucx_msg_t m;
+    char why[200];
+    p->rx_seq++;
+    ucx_peer_watched(tp, ti->peer);
+    if (ucx_msg_decode(UCX_T_EAGER, buf, len, ti->peer, &m, why, sizeof(why))) {
+        ucx_protocol_error(tp, ti->peer, why);
+        return 1;
+    }
+    void *cookie = NULL;
+    void *dst = tp->sink.msg_begin(tp->sink.core, &m.hdr, &cookie);
+    if (m.hdr.len && dst) memcpy(dst, m.payload, m.hdr.len);
+    tp->sink.msg_end(tp->sink.core, cookie);
+    return 1;
 }
 
 /* Where a record falls in its sender's order: records begun lie just below
@@ -775,7 +802,7 @@ static void ucx_prepost_collect(ucx_tp_t *tp)
                 if (oobx__ratelimit_ok(&tp->rl))
                     OOBX_WARN(tp->log, "ucx: dropped a message with tag 0x%016" PRIx64 " and %zu bytes: %s",
                               pp->info.sender_tag, len, why);
-            } else {
+            } else if (!ucx_deliver_now(tp, &ti, pp->buf, len, pp->info.sender_tag)) {
                 ucx_rrec_t *r = ucx_rrec_for(tp, len);
                 if (!r) return;
                 memcpy(r->buf, pp->buf, len);
