@@ -1353,24 +1353,31 @@ static int cancel_check(const oobx__ep_view_t *v)
     return oobx__ep_view_status(v);
 }
 
+/* One round of serving the endpoint until `until` (lock held): sleep on
+ * the transport's descriptors unless it is busy, then progress it. */
+static void serve_once(oobx_ep_t *ep, uint64_t until)
+{
+    struct pollfd fds[16];
+    int nfds = 0, wms = oobx__ms_left(until, 10);
+    int busy = ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &wms);
+    if (!busy) {
+        fds[0].fd = ep->wake_fd;
+        fds[0].events = POLLIN;
+        fds[0].revents = 0;
+        pthread_mutex_unlock(&ep->lock);
+        ep->ops->sleep(ep->tp, fds, nfds + 1, wms);
+        pthread_mutex_lock(&ep->lock);
+    }
+    ep->ops->progress(ep->tp);
+}
+
 void oobx__ep_linger(oobx_ep_t *ep, int ms)
 {
     if (!ep || !ep->tp || ms <= 0) return;
     pthread_mutex_lock(&ep->lock);
     uint64_t until = oobx__deadline(ms);
     while (oobx__now_ns() < until) {
-        struct pollfd fds[16];
-        int nfds = 0, wms = oobx__ms_left(until, 10);
-        int busy = ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &wms);
-        if (!busy) {
-            fds[0].fd = ep->wake_fd;
-            fds[0].events = POLLIN;
-            fds[0].revents = 0;
-            pthread_mutex_unlock(&ep->lock);
-            ep->ops->sleep(ep->tp, fds, nfds + 1, wms);
-            pthread_mutex_lock(&ep->lock);
-        }
-        ep->ops->progress(ep->tp);
+        serve_once(ep, until);
         if (ep->linger_hook && ep->linger_hook(ep->linger_arg)) ep->linger_hook = NULL;
         oobx__ep_spread(ep);
     }
@@ -1392,18 +1399,7 @@ void oobx__ep_flush_notices(oobx_ep_t *ep, int ms)
             OOBX_DEBUG(ep->log, "rank %d: %d failure notices had not left after %d ms", ep->rank, k, ms);
             return;
         }
-        struct pollfd fds[16];
-        int nfds = 0, wms = oobx__ms_left(until, 10);
-        int busy = ep->ops->wait_prepare(ep->tp, fds + 1, 15, &nfds, &wms);
-        if (!busy) {
-            fds[0].fd = ep->wake_fd;
-            fds[0].events = POLLIN;
-            fds[0].revents = 0;
-            pthread_mutex_unlock(&ep->lock);
-            ep->ops->sleep(ep->tp, fds, nfds + 1, wms);
-            pthread_mutex_lock(&ep->lock);
-        }
-        ep->ops->progress(ep->tp);
+        serve_once(ep, until);
         oobx__ep_spread(ep);
     }
 }
