@@ -535,9 +535,8 @@ void ucx_peer_drain(ucx_tp_t *tp, int peer)
     }
 }
 
-/* A record of peer's is in: the peer is marked for the drain, and watched
- * for failures too (its pid on this host, else an endpoint with UCX's
- * error handling). */
+/* A message of peer's is in: the peer is watched for failures (its pid on
+ * this host, else an endpoint with UCX's error handling). */
 static void ucx_peer_watched(ucx_tp_t *tp, int peer)
 {
     ucx_peer_t *p = &tp->peers[peer];
@@ -549,6 +548,7 @@ static void ucx_peer_watched(ucx_tp_t *tp, int peer)
     }
 }
 
+/* A record of peer's is in: the peer is marked for the drain, and watched. */
 static void ucx_rrec_watch(ucx_tp_t *tp, int peer)
 {
     ucx_mark_dirty(tp, peer);
