@@ -59,7 +59,15 @@ quiet auto_n8_run1 8
 quiet auto_n8_run2 8
 if [ $have_ucx -eq 1 ]; then
     quiet ucx_default_n64 64 OOBX_TRANSPORT=ucx
-    quiet ucx_tcp_n64 64 OOBX_TRANSPORT=ucx UCX_TLS=tcp
+    # under AddressSanitizer, LeakSanitizer's own tracer crashed at the exit
+    # of some of these 64 processes on 2 cores ("Tracer caught signal 11",
+    # in 3 of the last 4 CI runs, never by hand) and printed that: this case checks
+    # what the program prints, so its leak check is off; the UCX tcp suites
+    # under the sanitizer (conformance, fault) keep theirs
+    tcp_env=()
+    ldd "$build/lib/liboobx.so" 2>/dev/null | grep -q 'libasan\.so' &&
+        tcp_env=("ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+    quiet ucx_tcp_n64 64 OOBX_TRANSPORT=ucx UCX_TLS=tcp "${tcp_env[@]}"
     quiet ucx_shm_n64 64 OOBX_TRANSPORT=ucx UCX_TLS=posix,self
     quiet ucx_default_n8_run1 8 OOBX_TRANSPORT=ucx
     quiet ucx_default_n8_run2 8 OOBX_TRANSPORT=ucx
