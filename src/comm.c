@@ -33,12 +33,17 @@ static void node_tell_failure(struct oobx_comm *c)
 
 void oobx__comm_flush_notices(struct oobx_comm *c)
 {
-    if (!c->v.ep || !c->v.ep->nnotice_out) return;
-    int ms = c->settings.timeout_ms < 0 ? OOBX_NOTICE_FLUSH_MS : OOBX_MIN(OOBX_NOTICE_FLUSH_MS, c->settings.timeout_ms / 10);
-    char err[1024]; /* the call's error, which the transport's progress must not replace */
-    snprintf(err, sizeof(err), "%s", oobx_last_error());
-    oobx__ep_flush_notices(c->v.ep, ms);
-    oobx__set_last_error("%s", err);
+    if (!c->v.ep) return;
+    pthread_mutex_lock(&c->v.ep->lock);
+    if (c->v.ep->nnotice_out) {
+        int ms = c->settings.timeout_ms < 0 ? OOBX_NOTICE_FLUSH_MS
+                                            : OOBX_MIN(OOBX_NOTICE_FLUSH_MS, c->settings.timeout_ms / 10);
+        char err[1024]; /* the call's error, which the transport's progress must not replace */
+        snprintf(err, sizeof(err), "%s", oobx_last_error());
+        oobx__ep_flush_notices(c->v.ep, ms);
+        oobx__set_last_error("%s", err);
+    }
+    pthread_mutex_unlock(&c->v.ep->lock);
 }
 
 /* A link that failed because the communicator did: the first failure's code, else status. */
@@ -58,9 +63,7 @@ int oobx__comm_check(struct oobx_comm *c, const char *fn)
     const char *f = c->v.ep ? oobx__ep_view_failure(&c->v) : NULL;
     if (f) {
         node_tell_failure(c);
-        pthread_mutex_lock(&c->v.ep->lock);
         oobx__comm_flush_notices(c);
-        pthread_mutex_unlock(&c->v.ep->lock);
         return oobx__fail(&c->log, oobx__ep_view_status(&c->v), "%s: rank %d: %s", fn, c->v.rank, f);
     }
     return 0;
@@ -820,11 +823,7 @@ static int node_collective_run(struct oobx_comm *c, void *buf, size_t bpr, int b
 static int node_collective(struct oobx_comm *c, void *buf, size_t bpr, int barrier, node_hold_t *hold)
 {
     int rc = node_collective_run(c, buf, bpr, barrier, hold);
-    if (rc) {
-        pthread_mutex_lock(&c->v.ep->lock);
-        oobx__comm_flush_notices(c);
-        pthread_mutex_unlock(&c->v.ep->lock);
-    }
+    if (rc) oobx__comm_flush_notices(c);
     return rc;
 }
 
@@ -1392,8 +1391,8 @@ static int make_group(struct oobx_comm *c, const char *fn, const int *ranks, int
     if (rc) return rc;                        \
     pthread_mutex_lock(&c->v.ep->lock)
 #define COLL_LEAVE()                      \
-    if (rc) oobx__comm_flush_notices(c);             \
     pthread_mutex_unlock(&c->v.ep->lock);   \
+    if (rc) oobx__comm_flush_notices(c);    \
     return rc
 
 int oobx_allgather(oobx_comm_t c, void *buf, size_t bpr)

@@ -67,7 +67,7 @@ int oobx__comm_check(struct oobx_comm *c, const char *fn);
 /* A call that fails: the failure notices this rank sent leave before its
  * caller has the error (oobx__ep_flush_notices, at most OOBX_NOTICE_FLUSH_MS
  * or a tenth of the timeout); the thread's last error stays the call's.
- * Endpoint lock held. */
+ * Takes the endpoint lock (not held by the caller). */
 void oobx__comm_flush_notices(struct oobx_comm *c);
 
 #endif

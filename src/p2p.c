@@ -64,8 +64,8 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
         c->v.ep->spare_sreq = s;
         s = NULL;
     }
-    if (rc) oobx__comm_flush_notices(c);
     pthread_mutex_unlock(&c->v.ep->lock);
+    if (rc) oobx__comm_flush_notices(c);
     free(s);
     return rc;
 }
@@ -125,8 +125,8 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
         c->v.ep->spare_rreq = r;
         r = NULL;
     }
-    if (rc) oobx__comm_flush_notices(c);
     pthread_mutex_unlock(&c->v.ep->lock);
+    if (rc) oobx__comm_flush_notices(c);
     free(r);
     return rc;
 }
