@@ -12,6 +12,10 @@ PyTorch's TCPStore is timed the same way where `import torch` works.
 
 usage: scale.py BUILD OUT_DIR [--ranks 1024,4096,10240] [--roots 1,16] [--hosts 1,16]
                 [--transport socket] [--tcpstore 1024,4096] [--table 4096,10240]
+                [--margin-per-rank S]
+--margin-per-rank: seconds a rank between the launch and the common instant,
+beyond 2 s (default 0.0012, or SCALE_MARGIN); the table's "late starts" counts
+ranks that started after the instant, whose runs time process creation too.
 --table: rank counts to also run with oobx-boot --table (the cards through
 oobx_allgather_table: one shared table a host, no copy a rank), 16 roots
 and the largest --hosts.
@@ -20,13 +24,15 @@ Writes OUT_DIR/scale.json, OUT_DIR/scale.md and OUT_DIR/scale.png (matplotlib).
 import argparse, json, os, re, subprocess, sys, time
 
 
-def run_boot(build, n, roots, hosts, transport, netns, label, extra_env, boot_args=()):
+def run_boot(build, n, roots, hosts, transport, netns, label, extra_env, boot_args=(), margin_per_rank=0.0012):
     env = dict(os.environ)
     env.update({"OOBX_TRANSPORT": transport, "OOBX_SOCKET_IFNAME": env.get("OOBX_SOCKET_IFNAME", "lo"),
                 "UCX_NET_DEVICES": "lo"})
     env.update(extra_env)
     # ranks start over time: the common instant leaves room for the launcher
-    margin = 2.0 + n * 0.0012
+    # (a rank started after it is counted in late_starts: the run then times
+    # process creation too; --margin-per-rank gives a slow machine more room)
+    margin = 2.0 + n * margin_per_rank
     env["OOBX_BOOT_AT"] = "%.6f" % (time.time() + margin)
     boot = os.path.join(build, "bin", "oobx-boot")
     run = os.path.join(build, "bin", "oobx-run")
@@ -73,18 +79,18 @@ def run_tcpstore(n, anchors):
 
 def table(results):
     rows = ["| label | ranks | roots | hosts | bootstrap s | root max s | local max s | exchange max s | "
-            "cards max s | fds max | RSS max MiB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "cards max s | fds max | RSS max MiB | late starts |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if "error" in r:
-            rows.append("| %s | %d | %s | %s | failed: %s | | | | | | |" % (r["label"], r["ranks"], r.get("roots", ""),
+            rows.append("| %s | %d | %s | %s | failed: %s | | | | | | | |" % (r["label"], r["ranks"], r.get("roots", ""),
                                                                      r.get("hosts_wanted", ""), r["error"]))
             continue
         if r["label"] == "tcpstore":
-            rows.append("| TCPStore | %d | 1 | 1 | %.3f | | | | | | |" % (r["ranks"], r["boot_s"]))
+            rows.append("| TCPStore | %d | 1 | 1 | %.3f | | | | | | | |" % (r["ranks"], r["boot_s"]))
             continue
-        rows.append("| %s | %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %d | %.1f |" % (
+        rows.append("| %s | %d | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %d | %.1f | %d |" % (
             r["label"], r["ranks"], r["roots"], r["hosts"], r["boot_s"], r["root_max_s"], r["local_max_s"],
-            r["exchange_max_s"], r["cards_max_s"], r["fds_max"], r["rss_max_mib"]))
+            r["exchange_max_s"], r["cards_max_s"], r["fds_max"], r["rss_max_mib"], r.get("late_starts", 0)))
     return "\n".join(rows)
 
 
@@ -134,6 +140,9 @@ def main():
     ap.add_argument("--table", default="", help="rank counts to also run with oobx-boot --table")
     ap.add_argument("--anchors", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "anchors"))
     ap.add_argument("--machine", default=os.uname().nodename)
+    ap.add_argument("--margin-per-rank", type=float, default=float(os.environ.get("SCALE_MARGIN", "0.0012")),
+                    help="seconds a rank between the launch and the common instant, beyond 2 s (SCALE_MARGIN); "
+                         "a machine that creates processes slowly needs more, or ranks start late")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     netns = os.environ.get("SCALE_NETNS") == "1"
@@ -142,16 +151,18 @@ def main():
         for roots in [int(x) for x in a.roots.split(",") if x]:
             for hosts in [int(x) for x in a.hosts.split(",") if x]:
                 label = "n%d_r%d_h%d" % (n, roots, hosts)
-                r = run_boot(a.build, n, roots, hosts, a.transport, netns, label, {})
+                r = run_boot(a.build, n, roots, hosts, a.transport, netns, label, {}, (), a.margin_per_rank)
                 print(json.dumps(r), flush=True)
                 results.append(r)
         if str(n) in a.table.split(","):
             hosts = max(int(x) for x in a.hosts.split(",") if x)
-            r = run_boot(a.build, n, 16, hosts, a.transport, netns, "n%d_r16_h%d_table" % (n, hosts), {}, ["--table"])
+            r = run_boot(a.build, n, 16, hosts, a.transport, netns, "n%d_r16_h%d_table" % (n, hosts), {}, ["--table"],
+                         a.margin_per_rank)
             print(json.dumps(r), flush=True)
             results.append(r)
         if str(n) in a.flat.split(","):
-            r = run_boot(a.build, n, 1, 1, a.transport, False, "n%d_flat" % n, {"OOBX_NODE_AWARE": "0"})
+            r = run_boot(a.build, n, 1, 1, a.transport, False, "n%d_flat" % n, {"OOBX_NODE_AWARE": "0"}, (),
+                         a.margin_per_rank)
             print(json.dumps(r), flush=True)
             results.append(r)
     for n in [int(x) for x in a.tcpstore.split(",") if x]:

@@ -1184,6 +1184,7 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     unsigned char ch[OOBX_CHALLENGE_BYTES];
     uint64_t rng = oobx__random64();
     int rc, shed;
+    size_t got = 0;
     uint64_t t0 = oobx__now_ns(), t_conn = 0;
     /* With a window of ports (h->nalt), the root is at the first that
      * answers with a challenge: a port before it refuses, or holds another
@@ -1221,7 +1222,7 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
         /* the root's challenge comes first; a root that holds its cap of
          * connections without proof closes new ones before their challenge
          * (docs/security.md): try again, later */
-        size_t got = 0;
+        got = 0;
         if (!found) cc = candidate_cancel(c->cancel, 1000 << (round < 4 ? round : 4));
         rc = oobx__sock_recv_all_got(fd, ch, sizeof(ch), &cc, sub, sizeof(sub), &got);
         if (!found) {
@@ -1250,8 +1251,13 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
     if (rc == 0) rc = oobx__auth_challenge_decode(ch, sizeof(ch), auth, sub, sizeof(sub));
     if (rc != 0) {
         close(fd);
-        snprintf(why, whylen, "rank %d: root %d at %s: %s (is that address this job's root?)", c->rank, iroot, name,
-                 sub);
+        /* silence until the deadline: not a root, or a root whose process is
+         * stopped or starved of CPU (thousands of ranks on a few cores) */
+        const char *hint = rc == OOBX_ERR_TIMEOUT && got == 0
+                               ? "it accepted and said nothing: is that address this job's root, and is the process "
+                                 "that hosts it running and given CPU? OOBX_TIMEOUT_MS waits longer"
+                               : "is that address this job's root?";
+        snprintf(why, whylen, "rank %d: root %d at %s: %s (%s)", c->rank, iroot, name, sub, hint);
         return rc;
     }
     unsigned char buf[ROOT_HELLO_IN + OOBX_REPORT_BYTES + OOBX_ADDR_MAX];

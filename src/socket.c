@@ -1253,6 +1253,7 @@ static int sk_progress(oobx_tp_t *tpp)
             if (n < 64) break;
         }
     }
+    if (!t->retry_pending && t->npending == 0 && t->nstray_dead == 0) return 0; /* no clock read a pass */
     uint64_t now = oobx__now_ns();
     if (t->retry_pending) {
         t->retry_pending = 0;

@@ -1328,6 +1328,49 @@ static void test_bad_ids(void **state)
     HARNESS_RUN(.name = "unique_id_other_version", .nranks = 1, .fn = rank_bad_id, .call_timeout_ms = CALL_TIMEOUT_MS);
 }
 
+/* ---- a root address where a listener accepts and says nothing --------------------- */
+
+/* OOBX_COMM_ID names a listener that is not a root (or a root whose process
+ * is stopped): the kernel completes the connection and nothing answers. The
+ * rank fails at its timeout with OOBX_ERR_TIMEOUT, naming the address and
+ * saying that it accepted and said nothing. */
+static int rank_silent_root(harness_rank_t *r)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 16) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &alen) != 0)
+        H_FAIL(r, "cannot make the silent listener");
+    char id[64];
+    snprintf(id, sizeof(id), "127.0.0.1:%d", ntohs(a.sin_port));
+    setenv("OOBX_COMM_ID", id, 1);
+    setenv("OOBX_RANK", "1", 1); /* rank 0 would host the root itself */
+    setenv("OOBX_NRANKS", "2", 1);
+    oobx_config_t cfg = r->cfg;
+    cfg.timeout_ms = 1500;
+    oobx_comm_t c = NULL;
+    double t0 = harness_now();
+    int rc = oobx_comm_init_from_env(&c, &cfg);
+    double took = harness_now() - t0;
+    close(lfd);
+    if (rc != OOBX_ERR_TIMEOUT)
+        H_FAIL(r, "init against a silent listener: got %s, want OOBX_ERR_TIMEOUT: %s", oobx_error_name(rc),
+               oobx_last_error());
+    if (!strstr(oobx_last_error(), id) || !strstr(oobx_last_error(), "said nothing"))
+        H_FAIL(r, "the error does not name %s and say that it said nothing: %s", id, oobx_last_error());
+    if (took > 4.0) H_FAIL(r, "init took %.2f s to fail with a timeout of 1.5 s", took);
+    printf("rank 1: %.2f s: %s\n", took, oobx_last_error());
+    return 0;
+}
+
+static void test_silent_root(void **state)
+{
+    (void)state;
+    if (strcmp(harness_transport(), "socket") != 0) skip(); /* the roots are the same on every transport */
+    HARNESS_RUN(.name = "silent_root_listener", .nranks = 1, .fn = rank_silent_root, .call_timeout_ms = CALL_TIMEOUT_MS);
+}
+
 /* ---- abort while blocked in a collective ------------------------------------------- */
 
 typedef struct abort_arg {
@@ -1510,6 +1553,7 @@ int main(void)
         cmocka_unit_test(test_second_job_same_port),
         cmocka_unit_test(test_second_job_same_port_no_key),
         cmocka_unit_test(test_bad_ids),
+        cmocka_unit_test(test_silent_root),
         cmocka_unit_test(test_abort_in_allgather),
         cmocka_unit_test(test_cycles),
     };
