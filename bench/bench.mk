@@ -124,7 +124,9 @@ bench-plots:
 # SCALE_RANKS=1024,4096 SCALE_ROOTS=1,16 SCALE_HOSTS=1,16 narrow it; SCALE_NETNS=1
 # emulates the hosts with network namespaces (oobx-run --hosts, as root);
 # SCALE_TABLE=4096,10240 (the default) adds oobx_allgather_table runs at those
-# counts (16 roots, the most hosts), SCALE_TABLE= none.
+# counts (16 roots, the most hosts), SCALE_TABLE= none. SCALE_MARGIN (seconds a
+# rank, default 0.0012) leaves a machine that creates processes slowly more room
+# before the common instant; the table's "late starts" says when it was short.
 SCALE_RANKS ?= 1024,4096,10240
 SCALE_ROOTS ?= 1,16
 SCALE_HOSTS ?= 1,16
