@@ -15,7 +15,7 @@
 #define OOBX_SPIN_AUTO_MIN_NS 2000  /* the window while most waits are long: a short look before sleeping */
 #define OOBX_SPIN_AUTO_SHORT_NS 10000 /* the floor while most waits are short: a hiccup of the peer's is not a sleep */
 #define OOBX_SPIN_ADAPT_EVERY 4     /* waits between two choices of the window */
-#define OOBX_SPIN_CHECK_EVERY 8     /* polling passes between two clock reads (and lock hand-overs) */
+#define OOBX_SPIN_CHECK_EVERY 16    /* polling passes between two clock reads (and lock hand-overs) */
 
 #include <pthread.h>
 #include <stdatomic.h>

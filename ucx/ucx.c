@@ -353,8 +353,12 @@ static void ucx_board_close(ucx_tp_t *tp)
 /* Peers on this host: a pid that is gone is a dead peer. */
 static void ucx_watch_pids(ucx_tp_t *tp)
 {
-    /* called on every progress, also while polling: the coarse clock
-     * (a tick's resolution against a period of UCX_WATCH_MS) */
+    /* the coarse clock (a tick's resolution against a period of
+     * UCX_WATCH_MS), and only every UCX_WATCH_EVERY calls of a polling
+     * rank: a clock read costs more than an idle pass. The first progress
+     * after a sleep always looks (a sleep lasts at most UCX_WATCH_MS) */
+    if (!tp->watch_now && ++tp->watch_turn % UCX_WATCH_EVERY) return;
+    tp->watch_now = 0;
     uint64_t now = oobx__now_coarse_ns();
     if (now < tp->next_watch_ns) return;
     tp->next_watch_ns = now + (uint64_t)UCX_WATCH_MS * 1000000u;
@@ -502,6 +506,7 @@ static int ucx_wait_prepare(oobx_tp_t *base, struct pollfd *fds, int max, int *n
     *nfds = 1;
     int cap = tp->nwatch ? UCX_WATCH_MS : UCX_KEEPALIVE_MS;
     if (*timeout_ms < 0 || *timeout_ms > cap) *timeout_ms = cap;
+    tp->watch_now = 1;
     return 0;
 }
 

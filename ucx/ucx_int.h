@@ -29,6 +29,7 @@
 #define UCX_QUIESCE_MS 50          /* progress before closing, at destroy */
 #define UCX_CLOSE_MS 500           /* bound on flushing endpoints at destroy */
 #define UCX_WATCH_MS 300           /* period of the pid check of peers on this host */
+#define UCX_WATCH_EVERY 32         /* progress calls of a polling rank between two looks at the clock for it */
 
 typedef struct ucx_tp ucx_tp_t;
 
@@ -198,6 +199,8 @@ struct ucx_tp {
      * the wait for the next message, not between a message and its answer */
     ucx_prepost_t *pp_later;
     uint64_t next_watch_ns; /* next look at their pids */
+    unsigned watch_turn;    /* progress calls since the last look at the clock for it */
+    int watch_now;          /* the next progress looks (a sleep came before it) */
 };
 
 enum { UCX_RING_AUTO = 0, UCX_RING_PUT = 1, UCX_RING_TAG = 2 };
