@@ -151,18 +151,18 @@ def main():
         for roots in [int(x) for x in a.roots.split(",") if x]:
             for hosts in [int(x) for x in a.hosts.split(",") if x]:
                 label = "n%d_r%d_h%d" % (n, roots, hosts)
-                r = run_boot(a.build, n, roots, hosts, a.transport, netns, label, {}, (), a.margin_per_rank)
+                r = run_boot(a.build, n, roots, hosts, a.transport, netns, label, {}, margin_per_rank=a.margin_per_rank)
                 print(json.dumps(r), flush=True)
                 results.append(r)
         if str(n) in a.table.split(","):
             hosts = max(int(x) for x in a.hosts.split(",") if x)
             r = run_boot(a.build, n, 16, hosts, a.transport, netns, "n%d_r16_h%d_table" % (n, hosts), {}, ["--table"],
-                         a.margin_per_rank)
+                         margin_per_rank=a.margin_per_rank)
             print(json.dumps(r), flush=True)
             results.append(r)
         if str(n) in a.flat.split(","):
-            r = run_boot(a.build, n, 1, 1, a.transport, False, "n%d_flat" % n, {"OOBX_NODE_AWARE": "0"}, (),
-                         a.margin_per_rank)
+            r = run_boot(a.build, n, 1, 1, a.transport, False, "n%d_flat" % n, {"OOBX_NODE_AWARE": "0"},
+                         margin_per_rank=a.margin_per_rank)
             print(json.dumps(r), flush=True)
             results.append(r)
     for n in [int(x) for x in a.tcpstore.split(",") if x]:
