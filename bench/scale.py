@@ -18,7 +18,7 @@ beyond 2 s (default 0.0012, or SCALE_MARGIN); the table's "late starts" counts
 ranks that started after the instant, whose runs time process creation too.
 --table: rank counts to also run with oobx-boot --table (the cards through
 oobx_allgather_table: one shared table a host, no copy a rank), 16 roots
-and the largest --hosts.
+(one a rank below 16 ranks) and the largest --hosts.
 Writes OUT_DIR/scale.json, OUT_DIR/scale.md and OUT_DIR/scale.png (matplotlib).
 """
 import argparse, json, os, re, subprocess, sys, time
@@ -156,7 +156,8 @@ def main():
                 results.append(r)
         if str(n) in a.table.split(","):
             hosts = max(int(x) for x in a.hosts.split(",") if x)
-            r = run_boot(a.build, n, 16, hosts, a.transport, netns, "n%d_r16_h%d_table" % (n, hosts), {}, ["--table"],
+            roots = min(16, n)  # a root leads at least one rank
+            r = run_boot(a.build, n, roots, hosts, a.transport, netns, "n%d_r%d_h%d_table" % (n, roots, hosts), {}, ["--table"],
                          margin_per_rank=a.margin_per_rank)
             print(json.dumps(r), flush=True)
             results.append(r)
