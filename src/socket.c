@@ -87,6 +87,7 @@ typedef struct sk_conn {
     void *cookie;
     /* send */
     sk_send_t *sq_head, *sq_tail;
+    int send_gone; /* the peer reset the link with bytes still to read: they go first (send_fail) */
     sk_send_t *pl_head, *pl_tail; /* piped pulls that are out, waiting for CTS_DONE (or _SKIP), in order */
     unsigned char *ctl; /* CTS frames owed, written between messages (one per rendezvous the peer has out) */
     size_t ctl_cap;
@@ -178,7 +179,7 @@ static int send_waits_cts(const sk_send_t *s)
 
 static int conn_wants_out(const sk_conn_t *c)
 {
-    return c->ctl_off < c->ctl_len || (c->sq_head && !send_waits_cts(c->sq_head));
+    return !c->send_gone && (c->ctl_off < c->ctl_len || (c->sq_head && !send_waits_cts(c->sq_head)));
 }
 
 /* Nothing of a frame is half written: a CTS frame may go now (a rendezvous
@@ -426,6 +427,17 @@ static void hello_make(sk_tp_t *t, int type, unsigned char out[OOBX_HELLO_BYTES]
 
 static void send_fail(sk_tp_t *t, sk_conn_t *c, int err)
 {
+    /* A peer that gave up because another rank failed says so before it
+     * closes; its reset may reach a send of ours before we read that, and
+     * what it sent stays readable. The read goes first (the next progress:
+     * epoll reports it), so that the first failure is named rather than this
+     * link, and the end of the stream fails the connection. */
+    unsigned char b;
+    if ((err == EPIPE || err == ECONNRESET) && c->state == SC_READY &&
+        recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+        c->send_gone = 1;
+        return;
+    }
     char who[160], what[300];
     peer_describe(t, c->peer, who, sizeof(who));
     snprintf(what, sizeof(what), "send to %s failed: %s", who, strerror(err));
@@ -475,6 +487,7 @@ static int send_iov(const sk_send_t *s, struct iovec *iov)
 /* Writes as much of c's queue (and the CTS frames owed) as the socket takes. */
 static void conn_flush(sk_tp_t *t, sk_conn_t *c)
 {
+    if (c->send_gone) return;
     for (;;) {
         if (c->ctl_off < c->ctl_len && (c->ctl_off > 0 || conn_at_boundary(c))) {
             ssize_t w = send(c->fd, c->ctl + c->ctl_off, c->ctl_len - c->ctl_off, MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -29,7 +29,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 mode=${2:-check}
 # OOBX_TEST_LANES=2 (the default of check and check-san): the fault suites
-# run beside the others; 1: one suite at a time (long always)
+# run in two lanes side by side after the others; 1: one suite at a time
+# (long always)
 lanes=${OOBX_TEST_LANES:-2}
 [ "$mode" = long ] && lanes=1
 case "$lanes" in 1|2) ;; *) echo "run-tests.sh: OOBX_TEST_LANES must be 1 or 2, not '$lanes'" >&2; exit 2 ;; esac
@@ -115,30 +116,33 @@ suite() {
     echo "==== $name: $p passed, $f failed, $s skipped in $(( $(date +%s) - t0 )) s (exit $st, log $log)"
 }
 
-# the fault suite over every transport (in a lane of its own with OOBX_TEST_LANES=2)
+# the fault suite over every transport; LANE a (sockets, UCX over shared
+# memory), b (UCX over TCP, verbs) or all
 fault_suites() {
-    if [ -x "$fault" ]; then
-        suite fault-socket "$fault_deadline" OOBX_TRANSPORT=socket -- "$fault"
-        suite fault-socket-node "$fault_deadline" OOBX_TRANSPORT=socket OOBX_NODE_AWARE_MIN=2 \
-            "OOBX_TEST_FILTER=test_kill_*" -- "$fault"
-        if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
-            suite fault-ucx-tcp "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp -- "$fault"
-            suite fault-ucx-shm "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self -- "$fault"
-            # UCX's own choice (shared memory and tcp together, each run above
-            # alone): in long, with the conformance suite under it
-            if [ "$mode" = long ]; then
-                suite fault-ucx-default "$fault_deadline" OOBX_TRANSPORT=ucx -- "$fault"
-            fi
-        fi
-        if [ -n "$verbs_name" ]; then
-            suite "fault-$verbs_name" "$fault_deadline" "${verbs_env[@]}" -- "$fault"
-        fi
-    else
+    local lane=$1
+    if [ ! -x "$fault" ]; then
+        [ "$lane" = b ] && return
         echo "==== fault: $fault not built"
         total_fail=$((total_fail + 1))
         failed_suites+=(fault-missing)
+        return
     fi
-
+    local ucx=0
+    [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ] && ucx=1
+    if [ "$lane" != b ]; then
+        suite fault-socket "$fault_deadline" OOBX_TRANSPORT=socket -- "$fault"
+        suite fault-socket-node "$fault_deadline" OOBX_TRANSPORT=socket OOBX_NODE_AWARE_MIN=2 \
+            "OOBX_TEST_FILTER=test_kill_*" -- "$fault"
+        [ $ucx = 1 ] && suite fault-ucx-shm "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=posix,self -- "$fault"
+        # UCX's own choice (shared memory and tcp together, each run above
+        # alone): in long, with the conformance suite under it
+        [ $ucx = 1 ] && [ "$mode" = long ] && suite fault-ucx-default "$fault_deadline" OOBX_TRANSPORT=ucx -- "$fault"
+    fi
+    if [ "$lane" != a ]; then
+        [ $ucx = 1 ] && suite fault-ucx-tcp "$fault_deadline" OOBX_TRANSPORT=ucx UCX_TLS=tcp -- "$fault"
+        [ -n "$verbs_name" ] && suite "fault-$verbs_name" "$fault_deadline" "${verbs_env[@]}" -- "$fault"
+    fi
+    return 0
 }
 
 main() {
@@ -165,15 +169,6 @@ case "$mode" in
     long) conf_deadline=3000; fault_deadline=3000 ;;
     *) conf_deadline=900; fault_deadline=600 ;;
 esac
-if [ "$lanes" -ge 2 ]; then
-    (
-        total_pass=0 total_fail=0 total_skip=0 failed_suites=()
-        fault_suites > "$logdir/.fault-lane.out" 2>&1
-        echo "$total_pass $total_fail $total_skip ${failed_suites[*]}" > "$logdir/.fault-lane.counts"
-    ) &
-    fault_pid=$!
-fi
-
 if [ "$mode" != long ]; then
     for t in "$build"/tests/unit/test_*; do
         [ -x "$t" ] || continue
@@ -268,15 +263,25 @@ else
     failed_suites+=(conformance-missing)
 fi
 if [ "$lanes" -ge 2 ]; then
-    # the fault suites wait on timeouts more than they compute: they run
-    # beside the rest, their output kept until the end
-    wait "$fault_pid"
-    cat "$logdir/.fault-lane.out"
-    read -r lp lf ls lfailed < "$logdir/.fault-lane.counts"
-    total_pass=$((total_pass + lp)) total_fail=$((total_fail + lf)) total_skip=$((total_skip + ls))
-    [ -n "${lfailed:-}" ] && failed_suites+=($lfailed)
+    # the fault suites wait on timeouts and deaths more than they compute:
+    # two lanes of them side by side, each lane's output shown when both end
+    for lane in a b; do
+        (
+            total_pass=0 total_fail=0 total_skip=0 failed_suites=()
+            fault_suites "$lane" > "$logdir/.fault-$lane.out" 2>&1
+            echo "$total_pass $total_fail $total_skip ${failed_suites[*]}" > "$logdir/.fault-$lane.counts"
+        ) &
+    done
+    wait
+    for lane in a b; do
+        cat "$logdir/.fault-$lane.out"
+        lp=0 lf=1 ls=0 lfailed="fault-lane-$lane"
+        [ -s "$logdir/.fault-$lane.counts" ] && read -r lp lf ls lfailed < "$logdir/.fault-$lane.counts"
+        total_pass=$((total_pass + lp)) total_fail=$((total_fail + lf)) total_skip=$((total_skip + ls))
+        [ -n "${lfailed:-}" ] && failed_suites+=($lfailed)
+    done
 else
-    fault_suites
+    fault_suites all
 fi
 
 # clean runs print nothing: oobx-demo over every transport, and no line from
