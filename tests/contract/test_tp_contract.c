@@ -1988,6 +1988,59 @@ static long replay_to(node_t *nodes, int n, unsigned port, const unsigned char *
     return got;
 }
 
+
+static int rank1_failed_at_first(node_t *nodes, int n, void *arg)
+{
+    (void)n;
+    (void)arg;
+    return nodes[0].failed[1];
+}
+
+/* A peer that sends its last words and leaves with our bytes unread resets
+ * the link (a rank that gives up says why before it exits). A send of ours
+ * that meets the reset before we read must not lose those words: they are
+ * delivered, then the peer fails, and the send completes with the failure. */
+static void test_socket_last_words_before_reset(void **state)
+{
+    (void)state;
+    node_t *nodes = nodes_new(2);
+    connect_plain(nodes, 2);
+    static const size_t one[1] = {16};
+    exchange(nodes, 2, 0, 1, one, 1); /* the link, both ways */
+    exchange(nodes, 2, 1, 0, one, 1);
+    /* bytes rank 1 never reads */
+    unsigned char unread[4096];
+    memset(unread, 0x5a, sizeof(unread));
+    oobx_tp_req_t uq = {0};
+    oobx_msg_hdr_t uh = {.ctx = next_ctx(), .tag = 1, .len = sizeof(unread), .src = 0, .kind = OOBX_MSG_P2P};
+    assert_int_equal(ops->send(nodes[0].tp, 1, &uh, unread, &uq), 0);
+    assert_int_equal(run_until(nodes, 1, req_done, &uq, RUN_MS), 0); /* rank 0 alone: written, not read */
+    /* rank 1's last words, written at once, then it leaves: a reset */
+    uint64_t ctx = next_ctx();
+    unsigned char words[64];
+    fill(words, sizeof(words), seed_of(ctx, 7));
+    oobx_tp_req_t wq = {0};
+    oobx_msg_hdr_t wh = {.ctx = ctx, .tag = 7, .len = sizeof(words), .src = 1, .kind = OOBX_MSG_P2P};
+    assert_int_equal(ops->send(nodes[1].tp, 0, &wh, words, &wq), 0);
+    assert_int_equal(wq.done, 1);
+    node_destroy(&nodes[1]);
+    /* rank 0 sends before it reads again: the reset answers that send */
+    unsigned char eight[8] = {0};
+    oobx_tp_req_t sq = {.status = 12345};
+    oobx_msg_hdr_t sh = {.ctx = next_ctx(), .tag = 2, .len = sizeof(eight), .src = 0, .kind = OOBX_MSG_P2P};
+    int rc = ops->send(nodes[0].tp, 1, &sh, eight, &sq);
+    if (rc != 0 && rc != OOBX_ERR_REMOTE) fail_msg("send after the reset: %s", oobx_error_name(rc));
+    if (run_until(nodes, 1, rank1_failed_at_first, NULL, 5000)) fail_msg("rank 1's reset not seen within 5 s");
+    check_child_msg(&nodes[0], ctx, 7, sizeof(words), 1);
+    assert_int_equal(nodes[0].fail_status[1], OOBX_ERR_REMOTE);
+    assert_non_null(strstr(nodes[0].fail_what[1], "rank 1"));
+    if (rc == 0) {
+        assert_int_equal(sq.done, 1);
+        assert_int_equal(sq.status, OOBX_ERR_REMOTE);
+    }
+    nodes_free(nodes, 2);
+}
+
 /* Socket peer connections prove the secret without a challenge (the
  * acceptor's nonce is in its address): rank 0 reaches rank 1 through a relay
  * that records its hello and proof; sent again to rank 1's listener, the
@@ -2259,9 +2312,10 @@ int main(void)
     char group[64];
     snprintf(group, sizeof(group), "transport contract: %s", tp_name);
     if (strcmp(tp_name, "socket") != 0) return cmocka_run_group_tests_name(group, tests, NULL, NULL);
-    /* the socket transport's own handshake */
-    struct CMUnitTest all[OOBX_ARRAY_SIZE(tests) + 1];
+    /* the socket transport's own handshake, and its reads before a reset */
+    struct CMUnitTest all[OOBX_ARRAY_SIZE(tests) + 2];
     memcpy(all, tests, sizeof(tests));
     all[OOBX_ARRAY_SIZE(tests)] = (struct CMUnitTest)CASE(test_socket_replayed_proof);
+    all[OOBX_ARRAY_SIZE(tests) + 1] = (struct CMUnitTest)CASE(test_socket_last_words_before_reset);
     return _cmocka_run_group_tests(group, all, OOBX_ARRAY_SIZE(all), NULL, NULL);
 }
