@@ -266,6 +266,7 @@ if [ "$lanes" -ge 2 ]; then
     # the fault suites wait on timeouts and deaths more than they compute:
     # two lanes of them side by side, each lane's output shown when both end
     for lane in a b; do
+        rm -f "$logdir/.fault-$lane.out" "$logdir/.fault-$lane.counts" # a lane that dies counts as failed
         (
             total_pass=0 total_fail=0 total_skip=0 failed_suites=()
             fault_suites "$lane" > "$logdir/.fault-$lane.out" 2>&1
