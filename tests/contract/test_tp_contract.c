@@ -1988,7 +1988,6 @@ static long replay_to(node_t *nodes, int n, unsigned port, const unsigned char *
     return got;
 }
 
-
 static int rank1_failed_at_first(node_t *nodes, int n, void *arg)
 {
     (void)n;

@@ -366,10 +366,10 @@ static int rank_killed_in_splits(harness_rank_t *r)
     H_FAIL(r, "a million splits without the fault");
 }
 
-/* Runs a kill test: waits for the ranks to be ready, harms the victim with sig,
- * lets the survivors judge, and checks that one of them named the victim. */
 static int reached_our_listener(pid_t pid);
 
+/* Runs a kill test: waits for the ranks to be ready, harms the victim with sig,
+ * lets the survivors judge, and checks that one of them named the victim. */
 static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int victim, int phase, int sig,
                           size_t bytes)
 {
@@ -616,6 +616,72 @@ static int socket_inodes(pid_t pid, unsigned long *ino, int max)
     return n;
 }
 
+/* A TCP socket as /proc/PID/net/tcp(6) lists it. */
+typedef struct tcp_sock {
+    char local[64], remote[64]; /* hex address:port, each 32-bit word of the address in host order */
+    unsigned st;                /* 0x0A LISTEN, 0x01 ESTABLISHED */
+    int v6;
+} tcp_sock_t;
+
+/* Calls fn for each TCP socket in pid's network namespace whose inode is
+ * one of ino[0..nino); the first nonzero answer of fn ends the walk and is
+ * returned. */
+static int tcp_sockets_each(pid_t pid, const unsigned long *ino, int nino, int (*fn)(tcp_sock_t *, void *),
+                            void *arg)
+{
+    int rc = 0;
+    for (int v6 = 0; v6 < 2 && !rc; v6++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/net/tcp%s", (int)pid, v6 ? "6" : "");
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        char line[512];
+        while (!rc && fgets(line, sizeof line, f)) {
+            tcp_sock_t t = {.v6 = v6};
+            unsigned long inode;
+            /* the heading line does not parse */
+            if (sscanf(line, "%*d: %63s %63s %x %*s %*s %*s %*d %*d %lu", t.local, t.remote, &t.st, &inode) != 4)
+                continue;
+            for (int i = 0; i < nino; i++)
+                if (ino[i] == inode) {
+                    rc = fn(&t, arg);
+                    break;
+                }
+        }
+        fclose(f);
+    }
+    return rc;
+}
+
+/* The port of a /proc address ("0100007F:1F90"), or -1. */
+static long tcp_port(const char *addr)
+{
+    const char *colon = strchr(addr, ':');
+    return colon ? (long)strtoul(colon + 1, NULL, 16) : -1;
+}
+
+typedef struct listeners {
+    long ports[256];
+    int n;
+} listeners_t;
+
+static int note_listener(tcp_sock_t *t, void *arg)
+{
+    listeners_t *l = arg;
+    long port = tcp_port(t->local);
+    if (t->st == 0x0A && port >= 0 && l->n < 256) l->ports[l->n++] = port;
+    return 0;
+}
+
+static int connected_to_listener(tcp_sock_t *t, void *arg)
+{
+    const listeners_t *l = arg;
+    if (t->st != 0x01) return 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->ports[i] == tcp_port(t->remote)) return 1;
+    return 0;
+}
+
 /* 1 when pid holds an established TCP connection to a port that this
  * process listens on (the roots of a job that is not from_env live here):
  * the rank has contacted its root. */
@@ -623,35 +689,9 @@ static int reached_our_listener(pid_t pid)
 {
     unsigned long mine[256], theirs[256];
     int nmine = socket_inodes(getpid(), mine, 256), ntheirs = socket_inodes(pid, theirs, 256);
-    unsigned listen_ports[256];
-    int nlisten = 0, reached = 0;
-    for (int pass = 0; pass < 2 && !reached; pass++) { /* listeners first, then the rank's connections */
-        for (int v6 = 0; v6 < 2 && !reached; v6++) {
-            FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
-            if (!f) continue;
-            char line[512];
-            while (!reached && fgets(line, sizeof line, f)) {
-                char local[64], remote[64];
-                unsigned st;
-                unsigned long inode;
-                if (sscanf(line, "%*d: %63s %63s %x %*s %*s %*s %*d %*d %lu", local, remote, &st, &inode) != 4) continue;
-                const unsigned long *set = pass == 0 ? mine : theirs;
-                int nset = pass == 0 ? nmine : ntheirs, in = 0;
-                for (int i = 0; i < nset; i++)
-                    if (set[i] == inode) in = 1;
-                if (!in) continue;
-                const char *colon = strchr(pass == 0 ? local : remote, ':');
-                if (!colon) continue;
-                unsigned port = (unsigned)strtoul(colon + 1, NULL, 16);
-                if (pass == 0 && st == 0x0A && nlisten < 256) listen_ports[nlisten++] = port; /* LISTEN */
-                if (pass == 1 && st == 0x01) /* ESTABLISHED */
-                    for (int i = 0; i < nlisten; i++)
-                        if (listen_ports[i] == port) reached = 1;
-            }
-            fclose(f);
-        }
-    }
-    return reached;
+    listeners_t l = {.n = 0};
+    tcp_sockets_each(getpid(), mine, nmine, note_listener, &l);
+    return l.n > 0 && tcp_sockets_each(pid, theirs, ntheirs, connected_to_listener, &l);
 }
 
 static void put32(unsigned char *p, uint32_t v)
@@ -887,66 +927,48 @@ static void stray_attack(stray_t *s, int family, unsigned port)
     }
 }
 
+static int stray_visit(tcp_sock_t *t, void *arg)
+{
+    stray_t *s = arg;
+    if (t->st != 0x0A) return 0; /* LISTEN */
+    long port = tcp_port(t->local);
+    if (port < 0) return 0;
+    *strchr(t->local, ':') = 0;
+    /* a listener of the job's own processes (their socket inodes):
+     * attacked at its own address (loopback, or the address a
+     * transport's interface gave it: the emulated verbs device's) */
+    int family = t->v6 ? AF_INET6 : AF_INET;
+    size_t alen = t->v6 ? 16 : 4;
+    if (strlen(t->local) != 2 * alen) return 0;
+    for (size_t i = 0; i < alen; i++) {
+        /* /proc prints each 32-bit word in host order */
+        char hx[3] = {t->local[2 * i], t->local[2 * i + 1], 0};
+        s->addr[(i & ~(size_t)3) + (3 - (i & 3))] = (unsigned char)strtoul(hx, NULL, 16);
+    }
+    static const unsigned char any[16];
+    if (!memcmp(s->addr, any, alen)) {
+        /* the wildcard: reach it through loopback */
+        if (t->v6) memcpy(s->addr, &in6addr_loopback, 16);
+        else {
+            uint32_t lo = htonl(INADDR_LOOPBACK);
+            memcpy(s->addr, &lo, 4);
+        }
+    }
+    unsigned key = (unsigned)port | (unsigned)(family == AF_INET6) << 16;
+    for (int i = 0; i < s->nports; i++)
+        if (s->ports[i] == key) return 0;
+    if (s->nports >= 1024) return 0;
+    s->ports[s->nports++] = key;
+    stray_attack(s, family, (unsigned)port);
+    return 0;
+}
+
 /* Finds the listening TCP ports of pid on loopback or any-address and attacks the new ones. */
 static void stray_scan(stray_t *s, pid_t pid)
 {
     unsigned long ino[1024];
     int nino = socket_inodes(pid, ino, 1024);
-    if (!nino) return;
-    for (int v6 = 0; v6 < 2; v6++) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/net/tcp%s", (int)pid, v6 ? "6" : "");
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        char line[512];
-        if (!fgets(line, sizeof line, f)) {
-            fclose(f);
-            continue;
-        }
-        while (fgets(line, sizeof line, f)) {
-            char local[64], remote[64];
-            unsigned st;
-            unsigned long inode;
-            if (sscanf(line, "%*d: %63s %63s %x %*s %*s %*s %*d %*d %lu", local, remote, &st, &inode) != 4) continue;
-            if (st != 0x0A) continue; /* LISTEN */
-            int mine = 0;
-            for (int i = 0; i < nino; i++)
-                if (ino[i] == inode) mine = 1;
-            if (!mine) continue;
-            char *colon = strchr(local, ':');
-            if (!colon) continue;
-            unsigned port = (unsigned)strtoul(colon + 1, NULL, 16);
-            *colon = 0;
-            /* a listener of the job's own processes (their socket inodes):
-             * attacked at its own address (loopback, or the address a
-             * transport's interface gave it: the emulated verbs device's) */
-            int family = v6 ? AF_INET6 : AF_INET;
-            size_t alen = v6 ? 16 : 4;
-            if (strlen(local) != 2 * alen) continue;
-            for (size_t i = 0; i < alen; i++) {
-                /* /proc prints each 32-bit word in host order */
-                char hx[3] = {local[2 * i], local[2 * i + 1], 0};
-                s->addr[(i & ~(size_t)3) + (3 - (i & 3))] = (unsigned char)strtoul(hx, NULL, 16);
-            }
-            static const unsigned char any[16];
-            if (!memcmp(s->addr, any, alen)) {
-                /* the wildcard: reach it through loopback */
-                if (v6) memcpy(s->addr, &in6addr_loopback, 16);
-                else {
-                    uint32_t lo = htonl(INADDR_LOOPBACK);
-                    memcpy(s->addr, &lo, 4);
-                }
-            }
-            unsigned key = port | (unsigned)(family == AF_INET6) << 16;
-            int seen = 0;
-            for (int i = 0; i < s->nports; i++)
-                if (s->ports[i] == key) seen = 1;
-            if (seen || s->nports >= 1024) continue;
-            s->ports[s->nports++] = key;
-            stray_attack(s, family, port);
-        }
-        fclose(f);
-    }
+    if (nino) tcp_sockets_each(pid, ino, nino, stray_visit, s);
 }
 
 static int rank_stray_target(harness_rank_t *r)
