@@ -28,6 +28,7 @@ typedef struct oobx_init_timings {
     double local;     /* of allgather: the same-host part (0: not node-aware) */
     int hosts;        /* hosts the communicator spans */
     int local_ranks;  /* ranks on this rank's host */
+    int leader;       /* 1: this rank led its host in the leaders' exchange (node-aware path; since 1.2) */
 } oobx_init_timings_t;
 
 #define OOBX_INIT_TIMINGS_INIT {.struct_size = sizeof(oobx_init_timings_t)}

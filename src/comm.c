@@ -990,6 +990,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     c->timings.root = (t_root - t0) / 1e9 - delay;
     c->timings.ring = 0;
     c->timings.local_ranks = pl.place.local_size;
+    c->timings.leader = pl.place.local_index == 0;
     if (c->settings.local_size > 0 && c->settings.local_size != pl.place.local_size)
         OOBX_INFO(&c->log, "the launcher (%s) says %d ranks on this host; %d share its table (a host split between "
                   "two roots' blocks has a table in each; ranks that share a host id but not a node are alone)",

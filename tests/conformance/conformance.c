@@ -620,6 +620,19 @@ static int rank_launcher_local(harness_rank_t *r)
     H_EQ(r, t.local_ranks, want, "ranks sharing this rank's host table");
     /* the cards still name one host id (and count it as one host) */
     H_EQ(r, t.hosts, 1, "hosts of the communicator");
+    /* one leader a table: the leaders' count is the sum of 1 / local_ranks */
+    int mine[2] = {t.leader, t.local_ranks}, *all = xmalloc(r, sizeof(mine) * (size_t)n);
+    memcpy(all + 2 * r->rank, mine, sizeof(mine));
+    H_OK(r, oobx_allgather(c, all, sizeof(mine)));
+    int leaders = 0;
+    double tables = 0;
+    for (int k = 0; k < n; k++) {
+        H_CHECK(r, all[2 * k] == 0 || all[2 * k] == 1, "rank %d says leader=%d", k, all[2 * k]);
+        leaders += all[2 * k];
+        tables += 1.0 / all[2 * k + 1];
+    }
+    H_EQ(r, leaders, (int)(tables + 0.5), "leaders, one a host table");
+    free(all);
     check_allgather(r, c, 100, 9, "launcher local");
     check_allgather(r, c, 70000, 10, "launcher local");
     check_ring_p2p(r, c, 33, 7, "launcher local");
