@@ -24,7 +24,9 @@
  * ranks). A rank's "exchange" phase also holds its wait for the slowest
  * host; cross_s is the cross-host work left once every host is ready: the
  * leaders' trade and their check of the cards. The host's ranks taking the
- * result after it is local work (in "cards" and "total").
+ * result after it is local work (in "cards" and "total"). Both instants
+ * count from the rank's own start of init, which on a host with fewer
+ * cores than ranks can be well after the common instant.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -154,6 +156,7 @@ int main(int argc, char **argv)
     usage_now(use0);
 
     oobx_comm_t comm;
+    double init_at = now_s(); /* later than begin where ranks outnumber cores: the wake-up waits for a core */
     int rc = oobx_comm_init_from_env(&comm, NULL);
     if (rc) {
         fprintf(stderr, "oobx-boot: init: %s: %s\n", oobx_error_name(rc), oobx_last_error());
@@ -220,7 +223,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 5; k++) mine[F_USER + k] = use1[k] - use0[k];
     /* leaders only (-1 elsewhere), from the common instant: when this
      * rank's host was ready for the leaders' exchange, and its init's end */
-    double init_begin = begin - t0;
+    double init_begin = init_at - t0;
     mine[F_READY] = t.leader ? init_begin + t.create + t.delay + t.root + t.local : -1;
     mine[F_LEAD_END] = t.leader ? init_begin + t.total : -1;
     /* rank 0 alone reads them: one table a host, not a copy a rank (at
