@@ -138,16 +138,25 @@ typedef struct sk_tp {
     int wake_fd;       /* the core's eventfd, in the epoll set */
     struct epoll_event slept[64]; /* what the last sleep() saw, for progress() */
     int nslept;
-    /* The connection that last brought data: progress() reads it first on
-     * three calls of four, before asking epoll (one system call a message
-     * instead of two while a rank polls one peer); every fourth call, and
-     * whenever it has nothing, epoll serves all connections. The first call
-     * after a sleep asks epoll, as before the hot read: a rank that sleeps
-     * between messages (an oversubscribed host) would pay one more system
-     * call a wake-up. */
+    /* The connection that last brought data: while a rank polls, progress()
+     * reads it alone on three calls of four (one system call a pass, as in a
+     * raw polling loop), and epoll serves all connections on the fourth. The
+     * first call after a sleep asks epoll: a rank that sleeps between
+     * messages (an oversubscribed host) would pay one more system call a
+     * wake-up. */
     struct sk_conn *hot;
     unsigned hot_turn;
     int woke;          /* the last progress() took what a sleep found: the next asks epoll */
+    /* The hot connection taken out of the epoll set while the rank polls it:
+     * a socket in an epoll set runs epoll's wake-up callback, two locks
+     * taken with interrupts off, for every packet that arrives, on the
+     * sender's path (dear on a paravirtualized host), and a polling rank
+     * does not need it. Parked only from the second progress() call after
+     * wait_prepare() (a polling loop: one wait_prepare() comes before every
+     * sleep), never with output waiting for EPOLLOUT; wait_prepare() puts
+     * it back, so nothing sleeps on an epoll set without it. */
+    struct sk_conn *parked;
+    unsigned passes; /* progress() calls since the last wait_prepare() */
     uint64_t rx_bytes; /* bytes read from READY connections, ever */
     oobx__cma_self_t cma; /* this rank's single-copy identity (cma.h) */
     size_t cma_min;       /* OOBX_CMA_MIN */
@@ -190,6 +199,32 @@ static int conn_at_boundary(const sk_conn_t *c)
     return !s || s->off == 0 || (s->rndv && s->off == s->hdr_len);
 }
 
+/* The parked connection back into the epoll set (with its events: a level
+ * triggered add reports what is ready already, so nothing is lost). */
+static void conn_unpark(sk_tp_t *t)
+{
+    sk_conn_t *c = t->parked;
+    if (!c) return;
+    t->parked = NULL;
+    if (c->fd < 0) return;
+    struct epoll_event e = {.events = c->ev, .data.ptr = c};
+    epoll_ctl(t->epfd, EPOLL_CTL_ADD, c->fd, &e);
+}
+
+static void conn_park(sk_tp_t *t, sk_conn_t *c)
+{
+    if (t->parked == c || t->passes < 2 || (c->ev & EPOLLOUT) || c->fd < 0) return;
+    conn_unpark(t);
+    if (epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL) == 0) t->parked = c;
+}
+
+/* c's fd out of the epoll set before it is closed (a parked one is out already). */
+static void conn_epoll_del(sk_tp_t *t, sk_conn_t *c)
+{
+    if (t->parked == c) t->parked = NULL;
+    else epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+}
+
 static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
 {
     if (c->fd < 0) return;
@@ -197,9 +232,13 @@ static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
     /* a hello goes out in one send: HELLO_OUT only waits for the answer */
     if (c->state == SC_CONNECTING || (c->state == SC_READY && conn_wants_out(c))) ev |= EPOLLOUT;
     if (ev == c->ev) return;
+    c->ev = ev;
+    if (t->parked == c) {
+        if (ev & EPOLLOUT) conn_unpark(t); /* output waits: epoll says when it can go */
+        return;
+    }
     struct epoll_event e = {.events = ev, .data.ptr = c};
     epoll_ctl(t->epfd, EPOLL_CTL_MOD, c->fd, &e);
-    c->ev = ev;
 }
 
 static sk_conn_t *conn_new(sk_tp_t *t, int fd, int outgoing, int peer)
@@ -226,9 +265,10 @@ static void conn_free(sk_tp_t *t, sk_conn_t *c)
 {
     if (t->hot == c) t->hot = NULL;
     if (c->fd >= 0) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        conn_epoll_del(t, c);
         close(c->fd);
     }
+    if (t->parked == c) t->parked = NULL;
     if (c->prev_all) c->prev_all->next_all = c->next_all;
     else t->conns = c->next_all;
     if (c->next_all) c->next_all->prev_all = c->prev_all;
@@ -252,7 +292,7 @@ static void conn_free(sk_tp_t *t, sk_conn_t *c)
 static void conn_retire(sk_tp_t *t, sk_conn_t *c)
 {
     if (c->fd >= 0) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        conn_epoll_del(t, c);
         close(c->fd);
         c->fd = -1;
     }
@@ -298,7 +338,7 @@ static void conn_fail(sk_tp_t *t, sk_conn_t *c, int status, const char *what)
         t->peers[peer].failed = 1;
     }
     if (c->fd >= 0) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        conn_epoll_del(t, c);
         close(c->fd);
         c->fd = -1;
     }
@@ -383,7 +423,7 @@ static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
 {
     sk_peer_t *pp = &t->peers[c->peer];
     if (c->fd >= 0) {
-        epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        conn_epoll_del(t, c);
         close(c->fd);
         c->fd = -1;
     }
@@ -1216,6 +1256,7 @@ static void handle_events(sk_tp_t *t, struct epoll_event *evs, int n)
             if (ev & EPOLLOUT) conn_flush(t, c);
             if (c->state == SC_READY && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
                 conn_read(t, c);
+                if (t->hot != c && t->parked) conn_unpark(t); /* only the hot one is read without epoll */
                 t->hot = c;
             }
             break;
@@ -1235,26 +1276,24 @@ static int sk_sleep(oobx_tp_t *tpp, struct pollfd *fds, int nfds, int timeout_ms
     return 0;
 }
 
-/* 1 when the hot connection gave data (or changed state) to a read. */
-static int hot_read(sk_tp_t *t)
-{
-    uint64_t before = t->rx_bytes;
-    sk_conn_t *c = t->hot;
-    conn_read(t, c);
-    return t->rx_bytes != before || c->state != SC_READY;
-}
 
 static int sk_progress(oobx_tp_t *tpp)
 {
     sk_tp_t *t = tp_of(tpp);
+    t->passes++;
     if (t->nslept > 0) {
         /* what sleep() found; anything else ready shows up at the next call */
         int n = t->nslept;
         t->nslept = 0;
         handle_events(t, t->slept, n);
         t->woke = 1;
-    } else if (!t->woke && t->hot && t->hot->state == SC_READY && (++t->hot_turn & 3) && hot_read(t)) {
-        /* the hot connection had data: epoll's turn comes at the next call */
+    } else if (!t->woke && t->hot && t->hot->state == SC_READY && (++t->hot_turn & 3)) {
+        /* three polling passes of four read the connection that last brought
+         * data, and nothing else: one system call a pass, as in a raw
+         * polling loop. Epoll's turn comes at the fourth; what it would have
+         * found stays in its ready list until then. */
+        conn_park(t, t->hot);
+        conn_read(t, t->hot);
     } else {
         struct epoll_event evs[64];
         t->woke = 0;
@@ -1301,6 +1340,9 @@ static int sk_progress(oobx_tp_t *tpp)
 static int sk_wait_prepare(oobx_tp_t *tpp, struct pollfd *fds, int max, int *nfds, int *timeout_ms)
 {
     sk_tp_t *t = tp_of(tpp);
+    /* a sleep follows: every connection in the epoll set */
+    conn_unpark(t);
+    t->passes = 0;
     if (max < 1) return 1;
     fds[0].fd = t->epfd;
     fds[0].events = POLLIN;

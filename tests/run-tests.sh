@@ -10,7 +10,8 @@
 #            liboobx-ucx.so is built, unless OOBX_TEST_UCX=0; verbs on the
 #            emulated device when liboobx-verbs.so is built and the host has no
 #            RDMA device, unless OOBX_TEST_VERBS=0), the conformance
-#            suite once per transport variant (UCX over tcp and over shared
+#            suite once per transport variant (sockets also with every wait
+#            polling first, OOBX_SPIN_US=20, up to 16 ranks; UCX over tcp and over shared
 #            memory when liboobx-ucx.so is built, unless OOBX_TEST_UCX=0; UCX's
 #            default transports in long), the fault suite (also over the
 #            three UCX variants, unless OOBX_TEST_UCX=0); both suites over
@@ -224,6 +225,12 @@ if [ -x "$conf" ]; then
     suite conformance-socket "$conf_deadline" OOBX_TRANSPORT=socket -- "$conf"
     # the node-aware bootstrap and allgather at every size (by default from 128 ranks)
     suite conformance-socket-node "$conf_deadline" OOBX_TRANSPORT=socket OOBX_NODE_AWARE_MIN=2 -- "$conf"
+    # every wait polls first (on 2 cores the adaptive window is on for 2 ranks
+    # only): the paths of a polling rank with several peers, such as the
+    # socket transport's polled connection out of its epoll set
+    if [ "$mode" = check ]; then
+        suite conformance-socket-polling "$conf_deadline" OOBX_TRANSPORT=socket OOBX_SPIN_US=20 OOBX_TEST_MAX_RANKS=16 -- "$conf"
+    fi
     if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" = 0 ]; then
         echo
         echo "==== conformance-ucx: OOBX_TEST_UCX=0: skipped"

@@ -1886,6 +1886,77 @@ static void test_arrival_wakes_sleep(void **state)
     free(n);
 }
 
+/* Polls as the core does while a rank has a core (progress() again and
+ * again, no wait_prepare), with messages coming from another process and a
+ * large message going out and echoed back, then sleeps: a transport that
+ * changes what it watches while polled (the socket transport takes the
+ * polled connection out of its epoll set) must watch it again by the sleep,
+ * so the next arrival ends the sleep, not the deadline timer. */
+static int poll_until_ctx(node_t *n, uint64_t ctx, int count, int ms)
+{
+    uint64_t deadline = oobx__deadline(ms);
+    while (count_ctx(n, ctx) < count) {
+        if (oobx__now_ns() > deadline) return -1;
+        assert_int_equal(ops->progress(n->tp), 0);
+        scribble_done();
+        assert_string_equal(n->bad, "");
+    }
+    return 0;
+}
+
+static void test_polled_then_sleep(void **state)
+{
+    (void)state;
+    proc_t pr;
+    node_t *n = calloc(1, sizeof(*n));
+    pair_with_child(n, &pr, 1);
+    uint64_t ctx = next_ctx();
+    for (int i = 0; i < 40; i++) proc_send(&pr, 0, ctx, (uint64_t)i + 1, 10, 0);
+    if (poll_until_ctx(n, ctx, 40, RUN_MS)) fail_msg("%d of 40 messages in while polling", count_ctx(n, ctx));
+    /* output that waits for room while polled: 4 MiB out, the echo back */
+    size_t big = PICK(1u << 20, 4u << 20, 4u << 20);
+    uint64_t bctx = next_ctx();
+    unsigned char *buf = malloc(big);
+    assert_non_null(buf);
+    fill(buf, big, seed_of(bctx, 9));
+    oobx_tp_req_t req = {.status = 12345};
+    oobx_msg_hdr_t h = {.ctx = bctx, .tag = 9, .len = big, .src = 0, .kind = OOBX_MSG_P2P};
+    assert_int_equal(ops->send(n->tp, 1, &h, buf, &req), 0);
+    if (poll_until_ctx(n, bctx, 1, RUN_MS)) fail_msg("no echo of %zu bytes while polling", big);
+    assert_int_equal(req.done, 1);
+    assert_int_equal(req.status, 0);
+    check_child_msg(n, bctx, 9, big, 1);
+    free(buf);
+    for (int round = 0; round < 2; round++) {
+        uint64_t lctx = next_ctx();
+        for (int i = 0; i < 20; i++) proc_send(&pr, 0, lctx, (uint64_t)i + 1, 10, 0);
+        if (poll_until_ctx(n, lctx, 20, RUN_MS)) fail_msg("round %d: messages not in while polling", round);
+        for (int i = 0; i < 50; i++) assert_int_equal(ops->progress(n->tp), 0);
+        uint64_t sctx = next_ctx();
+        proc_send(&pr, 0, sctx, 1, 10, 300);
+        timer_arm_ms(n->wake_fd, 10000); /* the core's deadline timer: a bound on a broken sleep */
+        uint64_t t0 = oobx__now_ns();
+        int sleeps = 0;
+        while (count_ctx(n, sctx) < 1 && oobx__now_ns() - t0 < 10000000000ull) {
+            sleeps += core_sleep(n, -1);
+            assert_int_equal(ops->progress(n->tp), 0);
+            assert_string_equal(n->bad, "");
+        }
+        double ms = (double)(oobx__now_ns() - t0) / 1e6;
+        struct itimerspec left;
+        assert_int_equal(timerfd_gettime(n->wake_fd, &left), 0);
+        int fired = (left.it_value.tv_sec == 0 && left.it_value.tv_nsec == 0) || fd_readable(n->wake_fd);
+        timer_disarm(n->wake_fd);
+        print_message("round %d: polled, then a message 300 ms later: in after %.1f ms, %d sleeps\n", round, ms,
+                      sleeps);
+        if (count_ctx(n, sctx) < 1) fail_msg("the message sent while rank 0 slept never arrived");
+        if (fired) fail_msg("the message was seen only after the 10 s deadline timer fired (%.0f ms)", ms);
+    }
+    assert_int_equal(proc_quit(&pr), 0);
+    node_fini(n);
+    free(n);
+}
+
 /* Before each case: batches a failed case left behind are forgotten (their
  * memory went with it). */
 static uint64_t g_case_t0;
@@ -2305,6 +2376,7 @@ int main(void)
         CASE(test_wake_during_sleep),
         CASE(test_idle_sleep),
         CASE(test_arrival_wakes_sleep),
+        CASE(test_polled_then_sleep),
         CASE(test_release_send),
         CASE(test_release_recv),
     };
