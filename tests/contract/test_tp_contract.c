@@ -1847,6 +1847,28 @@ static void test_idle_sleep(void **state)
     free(n);
 }
 
+/* Sleeps as the core does (wait_prepare + sleep, no bound but the core's
+ * 10 s deadline timer on the wake fd) until a message of ctx is in, or 10 s.
+ * Returns 1 when the deadline timer fired (the arrival did not end a
+ * sleep); *ms: how long it took, *sleeps: the sleeps. */
+static int sleep_until_ctx(node_t *n, uint64_t ctx, double *ms, int *sleeps)
+{
+    timer_arm_ms(n->wake_fd, 10000);
+    uint64_t t0 = oobx__now_ns();
+    *sleeps = 0;
+    while (count_ctx(n, ctx) < 1 && oobx__now_ns() - t0 < 10000000000ull) {
+        *sleeps += core_sleep(n, -1);
+        assert_int_equal(ops->progress(n->tp), 0);
+        assert_string_equal(n->bad, "");
+    }
+    *ms = (double)(oobx__now_ns() - t0) / 1e6;
+    struct itimerspec left;
+    assert_int_equal(timerfd_gettime(n->wake_fd, &left), 0);
+    int fired = (left.it_value.tv_sec == 0 && left.it_value.tv_nsec == 0) || fd_readable(n->wake_fd);
+    timer_disarm(n->wake_fd);
+    return fired;
+}
+
 /* A message from another process ends a sleep without a bound. */
 static void test_arrival_wakes_sleep(void **state)
 {
@@ -1862,19 +1884,8 @@ static void test_arrival_wakes_sleep(void **state)
     for (int round = 0; round < 2; round++) {
         uint64_t ctx = 100 + (uint64_t)round;
         proc_send(&pr, 0, ctx, 1, sizes[round], 300);
-        timer_arm_ms(n->wake_fd, 10000); /* the core's deadline timer: a bound on a broken sleep */
-        uint64_t t0 = oobx__now_ns();
-        int sleeps = 0;
-        while (count_ctx(n, ctx) < 1 && oobx__now_ns() - t0 < 10000000000ull) {
-            sleeps += core_sleep(n, -1);
-            assert_int_equal(ops->progress(n->tp), 0);
-            assert_string_equal(n->bad, "");
-        }
-        double ms = (double)(oobx__now_ns() - t0) / 1e6;
-        struct itimerspec left;
-        assert_int_equal(timerfd_gettime(n->wake_fd, &left), 0);
-        int fired = (left.it_value.tv_sec == 0 && left.it_value.tv_nsec == 0) || fd_readable(n->wake_fd);
-        timer_disarm(n->wake_fd);
+        double ms;
+        int sleeps, fired = sleep_until_ctx(n, ctx, &ms, &sleeps);
         print_message("%zu bytes sent after 300 ms, in after %.1f ms, %d sleeps\n", sizes[round], ms, sleeps);
         if (count_ctx(n, ctx) < 1) fail_msg("the message never arrived");
         check_child_msg(n, ctx, 1, sizes[round], 1);
@@ -1934,19 +1945,8 @@ static void test_polled_then_sleep(void **state)
         for (int i = 0; i < 50; i++) assert_int_equal(ops->progress(n->tp), 0);
         uint64_t sctx = next_ctx();
         proc_send(&pr, 0, sctx, 1, 10, 300);
-        timer_arm_ms(n->wake_fd, 10000); /* the core's deadline timer: a bound on a broken sleep */
-        uint64_t t0 = oobx__now_ns();
-        int sleeps = 0;
-        while (count_ctx(n, sctx) < 1 && oobx__now_ns() - t0 < 10000000000ull) {
-            sleeps += core_sleep(n, -1);
-            assert_int_equal(ops->progress(n->tp), 0);
-            assert_string_equal(n->bad, "");
-        }
-        double ms = (double)(oobx__now_ns() - t0) / 1e6;
-        struct itimerspec left;
-        assert_int_equal(timerfd_gettime(n->wake_fd, &left), 0);
-        int fired = (left.it_value.tv_sec == 0 && left.it_value.tv_nsec == 0) || fd_readable(n->wake_fd);
-        timer_disarm(n->wake_fd);
+        double ms;
+        int sleeps, fired = sleep_until_ctx(n, sctx, &ms, &sleeps);
         print_message("round %d: polled, then a message 300 ms later: in after %.1f ms, %d sleeps\n", round, ms,
                       sleeps);
         if (count_ctx(n, sctx) < 1) fail_msg("the message sent while rank 0 slept never arrived");
