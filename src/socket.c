@@ -157,7 +157,6 @@ typedef struct sk_tp {
      * it back, so nothing sleeps on an epoll set without it. */
     struct sk_conn *parked;
     unsigned passes; /* progress() calls since the last wait_prepare() */
-    uint64_t rx_bytes; /* bytes read from READY connections, ever */
     oobx__cma_self_t cma; /* this rank's single-copy identity (cma.h) */
     size_t cma_min;       /* OOBX_CMA_MIN */
     unsigned char inst[OOBX_NONCE_BYTES]; /* this listener's instance nonce (fresh per transport) */
@@ -969,7 +968,6 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
         if (c->rx == RX_BODY && c->dst && c->cur.len - c->got >= SK_DIRECT_MIN && c->s_head == c->s_tail) {
             n = recv(c->fd, c->dst + c->got, c->cur.len - c->got, MSG_DONTWAIT);
             if (n > 0) {
-                t->rx_bytes += (uint64_t)n;
                 c->got += (size_t)n;
                 budget -= (size_t)n < budget ? (size_t)n : budget;
                 if (c->got == c->cur.len) {
@@ -989,7 +987,6 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
             size_t room = SK_STAGE_BYTES - c->s_tail;
             n = recv(c->fd, c->stage + c->s_tail, room, MSG_DONTWAIT);
             if (n > 0) {
-                t->rx_bytes += (uint64_t)n;
                 c->s_tail += (size_t)n;
                 budget -= (size_t)n < budget ? (size_t)n : budget;
                 if (conn_parse(t, c) != 0) return;
@@ -1275,7 +1272,6 @@ static int sk_sleep(oobx_tp_t *tpp, struct pollfd *fds, int nfds, int timeout_ms
     t->nslept = n > 0 ? n : 0;
     return 0;
 }
-
 
 static int sk_progress(oobx_tp_t *tpp)
 {
