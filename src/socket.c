@@ -217,11 +217,14 @@ static void conn_park(sk_tp_t *t, sk_conn_t *c)
     if (epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL) == 0) t->parked = c;
 }
 
-/* c's fd out of the epoll set before it is closed (a parked one is out already). */
-static void conn_epoll_del(sk_tp_t *t, sk_conn_t *c)
+/* Closes c's fd, out of the epoll set first (a parked one is out already). */
+static void conn_close_fd(sk_tp_t *t, sk_conn_t *c)
 {
+    if (c->fd < 0) return;
     if (t->parked == c) t->parked = NULL;
     else epoll_ctl(t->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
 }
 
 static void conn_set_events(sk_tp_t *t, sk_conn_t *c)
@@ -263,11 +266,7 @@ static sk_conn_t *conn_new(sk_tp_t *t, int fd, int outgoing, int peer)
 static void conn_free(sk_tp_t *t, sk_conn_t *c)
 {
     if (t->hot == c) t->hot = NULL;
-    if (c->fd >= 0) {
-        conn_epoll_del(t, c);
-        close(c->fd);
-    }
-    if (t->parked == c) t->parked = NULL;
+    conn_close_fd(t, c);
     if (c->prev_all) c->prev_all->next_all = c->next_all;
     else t->conns = c->next_all;
     if (c->next_all) c->next_all->prev_all = c->prev_all;
@@ -290,11 +289,7 @@ static void conn_free(sk_tp_t *t, sk_conn_t *c)
  * events of the same batch never see freed memory. */
 static void conn_retire(sk_tp_t *t, sk_conn_t *c)
 {
-    if (c->fd >= 0) {
-        conn_epoll_del(t, c);
-        close(c->fd);
-        c->fd = -1;
-    }
+    conn_close_fd(t, c);
     c->state = SC_DEAD;
     c->peer = -1;
     t->nstray_dead++;
@@ -336,11 +331,7 @@ static void conn_fail(sk_tp_t *t, sk_conn_t *c, int status, const char *what)
         t->peers[peer].conn = NULL;
         t->peers[peer].failed = 1;
     }
-    if (c->fd >= 0) {
-        conn_epoll_del(t, c);
-        close(c->fd);
-        c->fd = -1;
-    }
+    conn_close_fd(t, c);
     if (peer >= 0) {
         /* a message in flight from this peer is dropped by the core */
         c->cookie = NULL;
@@ -421,11 +412,7 @@ static int peer_connect_later(sk_tp_t *t, int peer, int delay_ms)
 static void conn_retry_or_fail(sk_tp_t *t, sk_conn_t *c, int err)
 {
     sk_peer_t *pp = &t->peers[c->peer];
-    if (c->fd >= 0) {
-        conn_epoll_del(t, c);
-        close(c->fd);
-        c->fd = -1;
-    }
+    conn_close_fd(t, c);
     c->ev = 0;
     c->hello_n = 0;
     pp->last_err = err;

@@ -1897,12 +1897,8 @@ static void test_arrival_wakes_sleep(void **state)
     free(n);
 }
 
-/* Polls as the core does while a rank has a core (progress() again and
- * again, no wait_prepare), with messages coming from another process and a
- * large message going out and echoed back, then sleeps: a transport that
- * changes what it watches while polled (the socket transport takes the
- * polled connection out of its epoll set) must watch it again by the sleep,
- * so the next arrival ends the sleep, not the deadline timer. */
+/* Progress() again and again, as the core's polling window calls it (no
+ * wait_prepare), until count messages of ctx are in; -1 after ms. */
 static int poll_until_ctx(node_t *n, uint64_t ctx, int count, int ms)
 {
     uint64_t deadline = oobx__deadline(ms);
@@ -1915,6 +1911,12 @@ static int poll_until_ctx(node_t *n, uint64_t ctx, int count, int ms)
     return 0;
 }
 
+/* Polls as the core does while a rank has a core (progress() again and
+ * again, no wait_prepare), with messages coming from another process and a
+ * large message going out and echoed back, then sleeps: a transport that
+ * changes what it watches while polled (the socket transport takes the
+ * polled connection out of its epoll set) must watch it again by the sleep,
+ * so the next arrival ends the sleep, not the deadline timer. */
 static void test_polled_then_sleep(void **state)
 {
     (void)state;
