@@ -250,8 +250,8 @@ static int ring_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char 
         reqs_release(c, &rr.q, posted, NULL);
         return rc;
     }
-    uint64_t t0 = oobx__now_ns();
-    rc = oobx__ep_wait(c, ring_progress, &rr, oobx__deadline(c->settings->timeout_ms));
+    uint64_t t0 = oobx__now_coarse_ns();
+    rc = oobx__ep_wait_ms(c, ring_progress, &rr, c->settings->timeout_ms);
     int bad = send_status(&rr.q);
     if (rc == 0 && rr.err_index >= 0) {
         int slice = (me - 1 - rr.err_index / rr.nch + n) % n;
@@ -267,7 +267,7 @@ static int ring_allgather(const oobx__ep_view_t *c, const coll_group_t *g, char 
         rc = oobx__ep_wait_error(c, rc,
                              "allgather (ring) at rank %d: after %.0f ms, %d of %d pieces in; waiting for the data of "
                              "rank %d (the first whose data never came) from predecessor rank %d",
-                             c->rank, (oobx__now_ns() - t0) / 1e6, first, nr, member(g, slice), prev);
+                             c->rank, (oobx__now_coarse_ns() - t0) / 1e6, first, nr, member(g, slice), prev);
     }
     if (rc == 0 && lens) {
         for (int s = 1; s < n; s++) lens[(me - s + n) % n] = rr.q.r[s - 1].received;
@@ -302,13 +302,13 @@ static int exchange(const oobx__ep_view_t *c, coll_reqs_t *q, int to, const void
     if (rc != 0) return -1000 + rc; /* the receive is posted: the caller cancels it */
     q->ns = 1;
     pair_run_t p = {&q->r[0], &q->s[0]};
-    uint64_t t0 = oobx__now_ns();
-    rc = oobx__ep_wait(c, pair_done, &p, oobx__deadline(c->settings->timeout_ms));
+    uint64_t t0 = oobx__now_coarse_ns();
+    rc = oobx__ep_wait_ms(c, pair_done, &p, c->settings->timeout_ms);
     if (rc != 0) {
         char who[160];
         oobx__ep_peer_name(c, q->r[0].done ? to : from, who, sizeof(who));
         return -1000 + oobx__ep_wait_error(c, rc, "rank %d: %s: after %.0f ms still waiting for %s %s", c->rank, what,
-                                       (oobx__now_ns() - t0) / 1e6, q->r[0].done ? "the send to" : "the message of",
+                                       (oobx__now_coarse_ns() - t0) / 1e6, q->r[0].done ? "the send to" : "the message of",
                                        who);
     }
     if (q->r[0].status) return recv_error(c, &q->r[0], from, "%s: receiving", what);
@@ -390,9 +390,9 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
         if (rc == 0) posted++;
     }
     gather_run_t gr = {&q, posted};
-    uint64_t t0 = oobx__now_ns();
+    uint64_t t0 = oobx__now_coarse_ns();
     int waited = 0; /* the wait's own status: its message is written below */
-    if (rc == 0) rc = waited = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings->timeout_ms));
+    if (rc == 0) rc = waited = oobx__ep_wait_ms(c, gather_done, &gr, c->settings->timeout_ms);
     for (int i = 0; rc == 0 && i < posted; i++)
         if (q.r[i].status) {
             rc = recv_error(c, &q.r[i], member(g, children[i]), "%s (gather): receiving", what);
@@ -406,7 +406,7 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
         int k = 0;
         while (k < posted && q.r[k].done) k++;
         rc = oobx__ep_wait_error(c, rc, "rank %d: %s (gather): after %.0f ms still waiting for group rank %d (rank %d)",
-                             c->rank, what, (oobx__now_ns() - t0) / 1e6, children[k < posted ? k : 0],
+                             c->rank, what, (oobx__now_coarse_ns() - t0) / 1e6, children[k < posted ? k : 0],
                              member(g, children[k < posted ? k : 0]));
         reqs_release(c, &q, posted, NULL);
         return rc;
@@ -418,7 +418,7 @@ static int tree_gather(const oobx__ep_view_t *c, const coll_group_t *g, char *bu
         if (rc == 0) {
             q.ns = 1;
             gr.nr = 0;
-            rc = oobx__ep_wait(c, gather_done, &gr, oobx__deadline(c->settings->timeout_ms));
+            rc = oobx__ep_wait_ms(c, gather_done, &gr, c->settings->timeout_ms);
             if (rc != 0)
                 rc = oobx__ep_wait_error(c, rc, "rank %d: %s (gather): sending to rank %d", c->rank, what,
                                      member(g, parent));
@@ -752,8 +752,8 @@ static int tree_bcast(const oobx__ep_view_t *c, const coll_group_t *gin, int roo
         reqs_release(c, &b.q, posted, NULL);
         return rc;
     }
-    uint64_t t0 = oobx__now_ns();
-    rc = oobx__ep_wait(c, bcast_progress, &b, oobx__deadline(c->settings->timeout_ms));
+    uint64_t t0 = oobx__now_coarse_ns();
+    rc = oobx__ep_wait_ms(c, bcast_progress, &b, c->settings->timeout_ms);
     int bad = send_status(&b.q);
     if (rc == 0 && b.err >= 0) {
         rc = recv_error(c, &b.q.r[b.err], parent, "broadcast from group rank %d: receiving", root);
@@ -764,7 +764,7 @@ static int tree_bcast(const oobx__ep_view_t *c, const coll_group_t *gin, int roo
                         "broadcast: sending");
     } else if (rc != 0) {
         rc = oobx__ep_wait_error(c, rc, "broadcast from group rank %d at rank %d: after %.0f ms, %d of %d chunks in from parent rank %d",
-                             root, c->rank, (oobx__now_ns() - t0) / 1e6, b.next_fwd, b.q.nr, parent);
+                             root, c->rank, (oobx__now_coarse_ns() - t0) / 1e6, b.next_fwd, b.q.nr, parent);
     }
     reqs_release(c, &b.q, posted, NULL);
     return rc;

@@ -1435,6 +1435,15 @@ static void spin_adapt(oobx_ep_t *ep, uint64_t ns)
     /* the window is chosen again every OOBX_SPIN_ADAPT_EVERY waits: the
      * sort would otherwise be the dearest step of a short wait */
     if (n < 4 || ep->nwaits % OOBX_SPIN_ADAPT_EVERY) return;
+    /* a polling ping-pong's case first, with no sort: every wait so short
+     * that the window is its floor */
+    uint32_t most = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (ep->waits_ns[i] > most) most = ep->waits_ns[i];
+    if ((uint64_t)most * 3 / 2 <= OOBX_SPIN_AUTO_SHORT_NS) {
+        ep->spin_ns = OOBX_SPIN_AUTO_SHORT_NS;
+        return;
+    }
     uint32_t sorted[OOBX_EP_WAITS];
     unsigned m = 0; /* the short waits, sorted */
     for (unsigned i = 0; i < n; i++) {
@@ -1454,13 +1463,51 @@ static void spin_adapt(oobx_ep_t *ep, uint64_t ns)
                                                 : (uint32_t)w;
 }
 
-int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns)
+/* The polling window of the next wait, in ns (0: sleep at once). */
+static uint64_t spin_window(const oobx_ep_t *ep)
+{
+    return ep->spin_us > 0 ? (uint64_t)ep->spin_us * 1000ull : ep->spin_us < 0 ? ep->spin_ns : 0;
+}
+
+/* The passes a polling wait makes before its first clock read: half its
+ * window at the pass time measured (OOBX_SPIN_CHECK_EVERY before any). */
+static unsigned first_passes(const oobx_ep_t *ep, uint64_t window)
+{
+    if (!ep->pass_ns) return OOBX_SPIN_CHECK_EVERY;
+    uint64_t n = window / 2 / ep->pass_ns;
+    return n < 1 ? 1 : n > OOBX_SPIN_FIRST_MAX ? OOBX_SPIN_FIRST_MAX : (unsigned)n;
+}
+
+/* deadline_ns 0: the deadline is timeout_ms from the wait's start. A rank
+ * that polls then reads no clock for its first passes (first_passes): a
+ * clock read costs about as much as an idle pass, and a ping-pong's waits
+ * are over within a few dozen passes. */
+static int ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns, int timeout_ms)
 {
     oobx_ep_t *ep = v->ep;
     oobx_tp_t *tp = ep->tp;
-    if (v->deadline_ns && v->deadline_ns < deadline_ns) deadline_ns = v->deadline_ns;
     if (done(arg)) return 0; /* no clock for a wait that is over */
-    uint64_t t0 = oobx__now_ns();
+    uint64_t early_ns = 0; /* the time the passes with no clock took, estimated */
+    if (!deadline_ns) {
+        /* the same checks as the first pass below, then the passes; a wait
+         * that ends here counts as shorter than any window */
+        uint64_t window = spin_window(ep);
+        if (window && !ep->poller && atomic_load(&ep->fail_rank) < 0 && !cancel_check(v)) {
+            unsigned n = first_passes(ep, window);
+            for (unsigned pass = 0; pass < n; pass++) {
+                ep->ops->progress(tp);
+                if (done(arg)) {
+                    spin_adapt(ep, 0);
+                    return 0;
+                }
+            }
+            early_ns = (uint64_t)n * ep->pass_ns;
+        }
+    }
+    uint64_t start = oobx__now_ns();
+    if (!deadline_ns) deadline_ns = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000ull;
+    if (v->deadline_ns && v->deadline_ns < deadline_ns) deadline_ns = v->deadline_ns;
+    uint64_t t0 = start - (early_ns < start ? early_ns : 0); /* the wait's start, for spin_adapt and the window */
     /* the last clock reading: a wait that ends while polling takes it for
      * its end (at most OOBX_SPIN_CHECK_EVERY passes early), so that no
      * clock is read between the message and the caller */
@@ -1474,8 +1521,8 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             if (waited) spin_adapt(ep, (slept ? oobx__now_ns() : seen) - t0);
             return 0;
         }
-        /* the first pass reads no clock again: t0 is now */
-        uint64_t now = waited ? oobx__now_ns() : t0;
+        /* the first pass reads no clock again */
+        uint64_t now = waited ? oobx__now_ns() : start;
         seen = now;
         waited = 1;
         int rc = cancel_check(v);
@@ -1546,19 +1593,22 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
             continue;
         }
         ep->poller = 1;
-        uint64_t spin = ep->spin_us > 0 ? (uint64_t)ep->spin_us * 1000ull : ep->spin_us < 0 ? ep->spin_ns : 0;
+        uint64_t spin = spin_window(ep);
         if (spin > 0) {
             /* the clock, and the lock for other threads, every
              * OOBX_SPIN_CHECK_EVERY passes: a pass of an idle transport
              * costs less than a clock read */
-            uint64_t until = now + spin;
+            uint64_t until = t0 + spin;
             for (unsigned pass = 1;; pass++) {
                 ep->ops->progress(tp);
                 if (done(arg)) break;
                 if (pass % OOBX_SPIN_CHECK_EVERY) continue;
                 pthread_mutex_unlock(&ep->lock);
                 pthread_mutex_lock(&ep->lock);
-                if ((seen = oobx__now_ns()) >= until) break;
+                seen = oobx__now_ns();
+                uint64_t per = (seen - now) / pass;
+                ep->pass_ns = per > UINT32_MAX ? UINT32_MAX : per ? (uint32_t)per : 1;
+                if (seen >= until) break;
             }
         }
         if (!done(arg) && !cancel_check(v)) {
@@ -1586,4 +1636,14 @@ int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, ui
         ep->poller = 0;
         if (ep->nsleepers) pthread_cond_broadcast(&ep->cond);
     }
+}
+
+int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns)
+{
+    return ep_wait(v, done, arg, deadline_ns ? deadline_ns : 1, 0);
+}
+
+int oobx__ep_wait_ms(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, int timeout_ms)
+{
+    return ep_wait(v, done, arg, 0, timeout_ms);
 }

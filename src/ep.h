@@ -16,6 +16,7 @@
 #define OOBX_SPIN_AUTO_SHORT_NS 10000 /* the floor while most waits are short: a hiccup of the peer's is not a sleep */
 #define OOBX_SPIN_ADAPT_EVERY 4     /* waits between two choices of the window */
 #define OOBX_SPIN_CHECK_EVERY 16    /* polling passes between two clock reads (and lock hand-overs) */
+#define OOBX_SPIN_FIRST_MAX 256     /* passes with no clock at the start of a wait (at most half the window) */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,6 +151,7 @@ typedef struct oobx_ep {
     uint32_t spin_ns;   /* the adaptive window: 0 until the cards say no host is oversubscribed */
     uint32_t waits_ns[OOBX_EP_WAITS]; /* the last waits' lengths, for the adaptive window */
     unsigned nwaits;
+    uint32_t pass_ns;   /* what one polling pass took, measured while polling (0: not yet) */
     int nsleepers; /* threads in pthread_cond_timedwait on cond, for whom the poller broadcasts */
     /* one finished request of each kind kept for the next blocking call
      * (oobx_send, oobx_recv): no malloc on the small-message path */
@@ -349,6 +351,10 @@ void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed);
  * the error message (oobx__ep_wait_error). */
 typedef int (*oobx__ep_done_fn)(void *arg);
 int oobx__ep_wait(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, uint64_t deadline_ns);
+/* The same with a timeout in ms (< 0: none) from the wait's start. A rank
+ * that polls reads no clock for its first few passes: the form for a wait
+ * that is often short (p2p, collectives). */
+int oobx__ep_wait_ms(const oobx__ep_view_t *v, oobx__ep_done_fn done, void *arg, int timeout_ms);
 
 /* Drops the queued messages of a context that goes away (its endpoint lives on). */
 void oobx__ep_purge_ctx(oobx_ep_t *ep, uint64_t ctx);

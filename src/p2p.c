@@ -41,7 +41,7 @@ int oobx_send(oobx_comm_t c, int peer, int tag, const void *buf, size_t bytes)
     if (rc == 0 && !s->tp.done) {
         one_req_t o = {NULL, s};
         uint64_t t0 = oobx__now_coarse_ns(); /* for the error's "after N ms" only: the cheap clock */
-        rc = oobx__ep_wait(&c->v, one_done, &o, oobx__deadline(c->settings.timeout_ms));
+        rc = oobx__ep_wait_ms(&c->v, one_done, &o, c->settings.timeout_ms);
         if (rc != 0) {
             char who[160];
             oobx__ep_peer_name(&c->v, peer, who, sizeof(who));
@@ -92,7 +92,7 @@ int oobx_recv(oobx_comm_t c, int peer, int tag, void *buf, size_t capacity, size
         if (!r->done) {
             one_req_t o = {r, NULL};
             t0 = oobx__now_coarse_ns(); /* for the error's "after N ms" only */
-            rc = oobx__ep_wait(&c->v, one_done, &o, oobx__deadline(c->settings.timeout_ms));
+            rc = oobx__ep_wait_ms(&c->v, one_done, &o, c->settings.timeout_ms);
         }
         if (rc != 0 || r->status || (!received && r->received != capacity))
             oobx__ep_peer_name(&c->v, peer, who, sizeof(who)); /* only errors need the name */
