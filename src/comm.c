@@ -469,9 +469,6 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
 
 /* ---- the node-aware bootstrap ---- */
 
-/* Tag of the leaders' card trade: a group id no group collective has. */
-#define NODE_TRADE_TAG (0xfffffeull << 40)
-
 static const unsigned char *node_card_of(void *arg, int r, size_t *len)
 {
     return oobx__node_card(arg, r, len);
@@ -501,99 +498,224 @@ static int pair_sent(void *arg)
     return 1;
 }
 
-static int recv_done(void *arg)
-{
-    return ((oobx_rreq_t *)arg)->done;
-}
-
-/* What a leader ring carries: each leader's block goes round once. */
+/* What a leader ring carries: each leader's block goes half way round in
+ * each direction (leader_covers_fwd). */
 typedef struct leader_ring {
     int next, prev;        /* leaders */
-    uint64_t tag;
+    uint64_t tag;          /* blocks to the next leader; tag + LEADER_BACK to the previous one */
     unsigned char *own;    /* this host's block (malloc'ed; leader_ring_run frees it) */
     size_t own_len;
-    size_t in_cap;         /* room for every other host's blocks */
+    size_t in_cap;         /* room for every other host's blocks (in each direction) */
     const char *what;      /* "cards", "allgather slices": for messages */
-    /* checks and stores a block from prev; sets its origin leader */
-    int (*unpack)(void *arg, const unsigned char *m, size_t len, int *origin);
+    /* checks and stores a block that came from leader `from`; sets its origin leader */
+    int (*unpack)(void *arg, const unsigned char *m, size_t len, int from, int *origin);
     int (*complete)(void *arg); /* every other host's block is in */
+    /* *ready 1 once the previous leader can be sent to (its card is in);
+     * NULL: always. Returns an error code. */
+    int (*reach_prev)(void *arg, int *ready);
     void *arg;
 } leader_ring_t;
 
-/* A leader's part of a ring among the hosts' leaders: its host's block to
- * the next leader, every other host's from the previous one (passed on
- * unless the next leader made it), until complete. Endpoint lock held. */
+/* The step field of a leaders' tag: the blocks going backward. */
+#define LEADER_BACK (1ull << 36)
+
+/* 1 when the block of leader o reaches leader x going forward (from the
+ * previous leader): x lies at most half the ranks after o. The ring is in
+ * rank order (roots place leaders so), and no leader knows how many leaders
+ * there are, so rank distance stands in for the leaders between: with hosts
+ * of one size each block crosses half the leaders each way, and the last
+ * block is in after about H/2 hops instead of H - 1. Every other leader gets
+ * each block exactly once (forward when this holds, backward otherwise). */
+static int leader_covers_fwd(int o, int x, int n)
+{
+    int d = ((x - o) % n + n) % n;
+    return d > 0 && d <= n / 2;
+}
+
+typedef struct ring_run {
+    struct oobx_comm *c;
+    const leader_ring_t *lr;
+    oobx_sreq_t *sreqs;
+    oobx_sreq_t **pending; /* NULL-terminated */
+    int *sent_to;
+    int ns, nsend_max;
+    const unsigned char **back; /* blocks for the previous leader, until it can be reached */
+    size_t *back_len;
+    int nback, back_sent;
+} ring_run_t;
+
+static int ring_send(ring_run_t *st, int to, uint64_t tag, const unsigned char *m, size_t len)
+{
+    if (st->ns >= st->nsend_max)
+        return oobx__fail(&st->c->log, OOBX_ERR_INTERNAL, "rank %d: more leader ring sends than blocks", st->c->v.rank);
+    int rc = oobx__ep_isend(&st->c->v, to, OOBX_MSG_COLL, tag, m, len, &st->sreqs[st->ns]);
+    if (rc == 0) {
+        st->sent_to[st->ns] = to;
+        st->pending[st->ns] = &st->sreqs[st->ns];
+        st->ns++;
+    }
+    return rc;
+}
+
+/* Sends the blocks waiting for the previous leader, once it can be reached. */
+static int ring_flush_back(ring_run_t *st)
+{
+    if (st->back_sent == st->nback) return 0;
+    int ready = 1;
+    if (st->lr->reach_prev) {
+        int rc = st->lr->reach_prev(st->lr->arg, &ready);
+        if (rc != 0) return rc;
+    }
+    for (; ready && st->back_sent < st->nback; st->back_sent++) {
+        int rc = ring_send(st, st->lr->prev, st->lr->tag + LEADER_BACK, st->back[st->back_sent], st->back_len[st->back_sent]);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+static int ring_any_in(void *arg)
+{
+    oobx_rreq_t **r = arg;
+    return (r[0] && r[0]->done) || (r[1] && r[1]->done);
+}
+
+/* A leader's part of the ring among the hosts' leaders, both ways: its
+ * host's block to the next leader and to the previous one (as far as
+ * leader_covers_fwd says), every block that comes passed on in its
+ * direction while it has farther to go, until complete. Endpoint lock held. */
 static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
 {
-    int rank = c->v.rank;
-    int nsend_max = c->v.nranks + 2, ns = 0, rc = 0, adopted = 0;
-    unsigned char *in = malloc(lr->in_cap);
-    oobx_sreq_t *sreqs = calloc((size_t)nsend_max, sizeof(*sreqs));
-    oobx_sreq_t **pending = calloc((size_t)nsend_max + 1, sizeof(*pending));
-    oobx_rreq_t *r = calloc(1, sizeof(*r));
-    if (!in || !sreqs || !pending || !r) {
-        free(in), free(sreqs), free(pending), free(r), free(lr->own);
+    int rank = c->v.rank, n = c->v.nranks, rc = 0, adopted = 0;
+    int nsend_max = n + 2;
+    unsigned char *in[2] = {malloc(lr->in_cap), malloc(lr->in_cap)};
+    oobx_rreq_t *r = calloc(2, sizeof(*r));
+    ring_run_t st = {.c = c, .lr = lr, .nsend_max = nsend_max};
+    st.sreqs = calloc((size_t)nsend_max, sizeof(*st.sreqs));
+    st.pending = calloc((size_t)nsend_max + 1, sizeof(*st.pending));
+    st.sent_to = calloc((size_t)nsend_max, sizeof(*st.sent_to));
+    st.back = calloc((size_t)n + 1, sizeof(*st.back));
+    st.back_len = calloc((size_t)n + 1, sizeof(*st.back_len));
+    if (!in[0] || !in[1] || !r || !st.sreqs || !st.pending || !st.sent_to || !st.back || !st.back_len) {
+        free(in[0]), free(in[1]), free(r), free(st.sreqs), free(st.pending), free(st.sent_to), free(st.back),
+            free(st.back_len), free(lr->own);
         return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for the leaders' exchange", rank);
     }
+    const int from[2] = {lr->prev, lr->next};
+    const uint64_t tag[2] = {lr->tag, lr->tag + LEADER_BACK};
+    const char *side[2] = {"previous", "next"};
+    size_t used[2] = {0, 0};
+    oobx_rreq_t *posted[2] = {NULL, NULL};
     uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
-    char who[160];
-    rc = oobx__ep_isend(&c->v, lr->next, OOBX_MSG_COLL, lr->tag, lr->own, lr->own_len, &sreqs[ns]);
-    if (rc == 0) pending[ns] = &sreqs[ns], ns++;
-    size_t used = 0;
+    char who[160], who2[160];
+    /* a direction brings anything at all when the neighbour's own block
+     * comes that way: it is the nearest leader going forward (the previous
+     * one) and the farthest going backward (the next one) */
+    const int brings[2] = {leader_covers_fwd(lr->prev, rank, n), !leader_covers_fwd(lr->next, rank, n)};
+    for (int d = 0; rc == 0 && d < 2; d++) {
+        if (!brings[d]) continue;
+        rc = oobx__ep_irecv(&c->v, from[d], OOBX_MSG_COLL, tag[d], in[d], lr->in_cap, &r[d]);
+        if (rc == 0) posted[d] = &r[d];
+    }
+    if (rc == 0 && leader_covers_fwd(rank, lr->next, n)) rc = ring_send(&st, lr->next, tag[0], lr->own, lr->own_len);
+    if (rc == 0 && !leader_covers_fwd(rank, lr->prev, n)) {
+        st.back[st.nback] = lr->own;
+        st.back_len[st.nback++] = lr->own_len;
+    }
     while (rc == 0 && !lr->complete(lr->arg)) {
-        rc = oobx__ep_irecv(&c->v, lr->prev, OOBX_MSG_COLL, lr->tag, in + used, lr->in_cap - used, r);
+        rc = ring_flush_back(&st);
         if (rc != 0) break;
-        if (!r->done) rc = oobx__ep_wait(&c->v, recv_done, r, deadline);
+        if (!ring_any_in(posted)) rc = oobx__ep_wait(&c->v, ring_any_in, posted, deadline);
         if (rc != 0) {
             oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
+            oobx__ep_peer_name(&c->v, lr->next, who2, sizeof(who2));
             rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: waiting for the other hosts' %s "
-                                                "from the previous leader, %s",
-                                     rank, lr->what, who);
-            if (oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, lr->tag, r)) adopted = 1;
+                                                "from the previous leader, %s, and the next leader, %s",
+                                     rank, lr->what, who, who2);
             break;
         }
-        if (r->status) {
+        for (int d = 0; rc == 0 && d < 2; d++) {
+            oobx_rreq_t *q = posted[d];
+            if (!q || !q->done) continue;
+            posted[d] = NULL;
+            /* a neighbour that left in order finished this call: it sent
+             * what it had for this leader, and the other direction brings
+             * the rest (a direction may have nothing more to bring) */
+            if (q->status && c->v.ep->departed[oobx__ep_view_rank(&c->v, from[d])]) continue;
+            if (q->status) {
+                oobx__ep_peer_name(&c->v, from[d], who, sizeof(who));
+                const char *why = oobx__ep_failed_what(c->v.ep, from[d]);
+                rc = oobx__fail(&c->log, view_status_or(c, q->status), "rank %d, leader of its host's ranks: the %s leader, %s: %s%s",
+                                rank, side[d], who, why ? why : oobx_strerror(q->status),
+                                q->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
+                break;
+            }
+            int origin = -1;
+            const unsigned char *m = in[d] + used[d];
+            rc = lr->unpack(lr->arg, m, q->received, from[d], &origin);
+            if (rc != 0) break;
+            if (origin == rank || (d == 0) != leader_covers_fwd(origin, rank, n)) {
+                oobx__ep_peer_name(&c->v, from[d], who, sizeof(who));
+                rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                                "rank %d, leader of its host's ranks: the %s leader, %s, sent the %s of leader %d the "
+                                "wrong way round the ring",
+                                rank, side[d], who, lr->what, origin);
+                break;
+            }
+            if (d == 0 && origin != lr->next && leader_covers_fwd(origin, lr->next, n))
+                rc = ring_send(&st, lr->next, tag[0], m, q->received);
+            if (d == 1 && origin != lr->prev && !leader_covers_fwd(origin, lr->prev, n)) {
+                st.back[st.nback] = m;
+                st.back_len[st.nback++] = q->received;
+            }
+            used[d] += q->received;
+            if (rc == 0 && !lr->complete(lr->arg)) {
+                rc = oobx__ep_irecv(&c->v, from[d], OOBX_MSG_COLL, tag[d], in[d] + used[d], lr->in_cap - used[d], &r[d]);
+                if (rc == 0) posted[d] = &r[d];
+            }
+        }
+        if (rc == 0 && !posted[0] && !posted[1] && !lr->complete(lr->arg)) {
             oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
-            const char *why = oobx__ep_failed_what(c->v.ep, lr->prev);
-            rc = oobx__fail(&c->log, view_status_or(c, r->status), "rank %d, leader of its host's ranks: the previous leader, %s: %s%s",
-                            rank, who, why ? why : oobx_strerror(r->status),
-                            r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
-            break;
+            oobx__ep_peer_name(&c->v, lr->next, who2, sizeof(who2));
+            rc = oobx__fail(&c->log, OOBX_ERR_REMOTE,
+                            "rank %d, leader of its host's ranks: the previous leader, %s, and the next leader, %s, left "
+                            "before every host's %s came",
+                            rank, who, who2, lr->what);
         }
-        int origin = -1;
-        rc = lr->unpack(lr->arg, in + used, r->received, &origin);
-        if (rc != 0) break;
-        if (origin != lr->next && ns < nsend_max) {
-            rc = oobx__ep_isend(&c->v, lr->next, OOBX_MSG_COLL, lr->tag, in + used, r->received, &sreqs[ns]);
-            if (rc == 0) pending[ns] = &sreqs[ns], ns++;
-        }
-        used += r->received;
     }
-    if (rc == 0 && !pair_sent(pending)) {
-        rc = oobx__ep_wait(&c->v, pair_sent, pending, deadline);
+    if (rc == 0) rc = ring_flush_back(&st);
+    if (rc == 0 && st.back_sent < st.nback)
+        rc = oobx__fail(&c->log, OOBX_ERR_INTERNAL, "rank %d: the previous leader's card never came", rank);
+    for (int d = 0; d < 2; d++)
+        if (posted[d] && !posted[d]->done && oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, tag[d], posted[d])) adopted = 1;
+    if (rc == 0 && !pair_sent(st.pending)) {
+        rc = oobx__ep_wait(&c->v, pair_sent, st.pending, deadline);
         if (rc != 0) {
             oobx__ep_peer_name(&c->v, lr->next, who, sizeof(who));
-            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: sending %s to the next leader, %s",
-                                     rank, lr->what, who);
+            oobx__ep_peer_name(&c->v, lr->prev, who2, sizeof(who2));
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: sending %s to the next leader, %s, "
+                                                "and the previous one, %s",
+                                     rank, lr->what, who, who2);
         }
     }
-    for (int i = 0; rc == 0 && i < ns; i++)
-        if (sreqs[i].tp.status) {
-            oobx__ep_peer_name(&c->v, lr->next, who, sizeof(who));
-            const char *why = oobx__ep_failed_what(c->v.ep, lr->next);
-            rc = oobx__fail(&c->log, view_status_or(c, sreqs[i].tp.status), "rank %d, leader of its host's ranks: the next leader, %s: %s",
-                            rank, who, why ? why : oobx_strerror(sreqs[i].tp.status));
+    for (int i = 0; rc == 0 && i < st.ns; i++)
+        if (st.sreqs[i].tp.status) {
+            int to = st.sent_to[i];
+            oobx__ep_peer_name(&c->v, to, who, sizeof(who));
+            const char *why = oobx__ep_failed_what(c->v.ep, to);
+            rc = oobx__fail(&c->log, view_status_or(c, st.sreqs[i].tp.status), "rank %d, leader of its host's ranks: the %s leader, %s: %s",
+                            rank, to == lr->next ? "next" : "previous", who, why ? why : oobx_strerror(st.sreqs[i].tp.status));
         }
-    if (adopted || !pair_sent(pending)) {
+    if (adopted || !pair_sent(st.pending)) {
         /* a transport may still touch them */
-        oobx__ep_adopt(c->v.ep, in);
-        oobx__ep_adopt(c->v.ep, sreqs);
+        oobx__ep_adopt(c->v.ep, in[0]);
+        oobx__ep_adopt(c->v.ep, in[1]);
+        oobx__ep_adopt(c->v.ep, st.sreqs);
         oobx__ep_adopt(c->v.ep, r);
         oobx__ep_adopt(c->v.ep, lr->own);
     } else {
-        free(in), free(sreqs), free(r), free(lr->own);
+        free(in[0]), free(in[1]), free(st.sreqs), free(r), free(lr->own);
     }
-    free(pending);
+    free(st.pending), free(st.sent_to), free(st.back), free(st.back_len);
     return rc;
 }
 
@@ -604,10 +726,11 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
 typedef struct card_trade {
     struct oobx_comm *c;
     oobx__node_t *node;
-    int prev;
+    int prev;     /* the previous leader */
+    int prev_set; /* its card is the transport's */
 } card_trade_t;
 
-static int card_unpack(void *arg, const unsigned char *m, size_t got, int *origin)
+static int card_unpack(void *arg, const unsigned char *m, size_t got, int from, int *origin)
 {
     card_trade_t *t = arg;
     struct oobx_comm *c = t->c;
@@ -627,7 +750,7 @@ static int card_unpack(void *arg, const unsigned char *m, size_t got, int *origi
     }
     if (bad || q != got)
         return oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: a malformed card message of %zu bytes from leader %d",
-                          c->v.rank, got, t->prev);
+                          c->v.rank, got, from);
     if (buf != c->settings.node_buf)
         return oobx__fail(&c->log, OOBX_ERR_MISMATCH,
                           "rank %d: the host of leader %u uses OOBX_NODE_BUF=%llu, this host %zu: set it the same on "
@@ -650,9 +773,33 @@ static int card_complete(void *arg)
     return oobx__node_count(t->node) >= t->c->v.nranks;
 }
 
+/* The previous leader's card came with its block (the root gave the next
+ * leader's only): the transport learns it before the first backward send. */
+static int card_reach_prev(void *arg, int *ready)
+{
+    card_trade_t *t = arg;
+    *ready = t->prev_set;
+    if (t->prev_set) return 0;
+    size_t len = 0;
+    const unsigned char *k = oobx__node_card(t->node, t->prev, &len);
+    if (!k || len <= CARD_HDR) return 0;
+    struct oobx_comm *c = t->c;
+    int rc = c->v.ep->ops->set_peer(c->v.ep->tp, t->prev, k + CARD_HDR, len - CARD_HDR);
+    if (rc != 0)
+        return oobx__fail(&c->log, rc, "rank %d: the card of the previous leader, rank %d, does not parse: %s", c->v.rank,
+                          t->prev, oobx_last_error());
+    *ready = t->prev_set = 1;
+    return 0;
+}
+
 /* Tags of the leaders' rings: group ids no group collective has. */
 #define NODE_TRADE_TAG (0xfffffeull << 40)
-#define NODE_AG_TAG(op, seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 0, (op), (seq), 0)
+/* Calls alternate between two steps (and LEADER_BACK adds one): a leader
+ * whose direction brings nothing more in this call may still have a receive
+ * posted there when its neighbour, one call ahead (no further: that call
+ * needs this leader's block), sends the next call's first block, which must
+ * not sit in the same slot (a rival there means a disagreeing call, ep.c). */
+#define NODE_AG_TAG(op, seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 2u * ((seq) & 1u), (op), (seq), 0)
 
 static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members)
 {
@@ -683,10 +830,11 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
         memcpy(out + o + 8, card, len);
         o += 8 + len;
     }
-    card_trade_t t = {c, node, prev};
+    card_trade_t t = {c, node, prev, prev == next};
     leader_ring_t lr = {.next = next, .prev = prev, .tag = NODE_TRADE_TAG, .own = out, .own_len = own,
                         .in_cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks,
-                        .what = "cards", .unpack = card_unpack, .complete = card_complete, .arg = &t};
+                        .what = "cards", .unpack = card_unpack, .complete = card_complete,
+                        .reach_prev = card_reach_prev, .arg = &t};
     return leader_ring_run(c, &lr);
 }
 
@@ -701,8 +849,9 @@ typedef struct slice_trade {
     int nhave, want;
 } slice_trade_t;
 
-static int slice_unpack(void *arg, const unsigned char *m, size_t got, int *origin)
+static int slice_unpack(void *arg, const unsigned char *m, size_t got, int from, int *origin)
 {
+    (void)from; /* the messages name the origin, which the block says */
     slice_trade_t *t = arg;
     struct oobx_comm *c = t->c;
     int nranks = c->v.nranks;

@@ -54,8 +54,8 @@ job() {
     fi
 }
 
-cases=11
-[ "$mode" = long ] && cases=13
+cases=12
+[ "$mode" = long ] && cases=14
 echo "[==========] Running $cases test(s)."
 job one_rank 1 1 one 0 OOBX_TRANSPORT=socket
 job two_ranks_one_host 2 1 one 1 OOBX_TRANSPORT=socket
@@ -70,6 +70,10 @@ job n48_4hosts_round_robin_roots2 48 2 'OOBX_RANK % 4' 4 OOBX_TRANSPORT=socket
 # the allgather's size over the shared buffer falls back to the other algorithms
 job n32_4hosts_small_node_buf 32 1 'OOBX_RANK / 8' 4 OOBX_TRANSPORT=socket OOBX_NODE_BUF=1k
 job n256_8hosts_roots4 256 4 'OOBX_RANK / 32' 8 OOBX_TRANSPORT=socket
+# one host holds more than half the ranks (28 of 40): the leaders' ring runs
+# both ways by rank distance, and the leader after the big host gets nothing
+# from it going forward
+job n40_big_host 40 1 'OOBX_RANK < 3 ? 0 : OOBX_RANK < 31 ? 1 : OOBX_RANK < 36 ? 2 : 3' 4 OOBX_TRANSPORT=socket
 job n64_16hosts_ucx 64 2 'OOBX_RANK / 4' 16 OOBX_TRANSPORT=ucx UCX_TLS=tcp
 # On 2 cores 2048 ranks take about 90 s to start (launch included), near the
 # default 120 s timeout of a call: the big jobs get the launcher's 300 s less a margin.
