@@ -95,6 +95,7 @@ static void comm_free(struct oobx_comm *c)
     if (!c) return;
     free(c->tables);
     free(c->node.members);
+    free(c->node.leaders);
     free(c->ep_rank);
     free(c->gseq);
     oobx__log_close(&c->log);
@@ -728,6 +729,8 @@ typedef struct card_trade {
     oobx__node_t *node;
     int prev;     /* the previous leader */
     int prev_set; /* its card is the transport's */
+    int *leaders; /* the origins of the blocks in, then this leader: every leader */
+    int nleaders;
 } card_trade_t;
 
 static int card_unpack(void *arg, const unsigned char *m, size_t got, int from, int *origin)
@@ -764,6 +767,7 @@ static int card_unpack(void *arg, const unsigned char *m, size_t got, int from, 
         q += 8 + (size_t)len;
     }
     *origin = (int)o;
+    if (t->nleaders < nranks) t->leaders[t->nleaders++] = (int)o;
     return 0;
 }
 
@@ -801,11 +805,27 @@ static int card_reach_prev(void *arg, int *ready)
  * not sit in the same slot (a rival there means a disagreeing call, ep.c). */
 #define NODE_AG_TAG(op, seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 2u * ((seq) & 1u), (op), (seq), 0)
 
-static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members)
+static int int_cmp(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The card trade among the leaders; *leaders (malloc'ed, by rank, this
+ * leader among them) and *nleaders: every host's leader, for the exchanges
+ * of later allgathers. */
+static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_placement_t *pl, const int *members,
+                        int **leaders, int *nleaders)
 {
     int rank = c->v.rank, nranks = c->v.nranks, L = pl->place.local_size;
     int next = pl->place.next_leader, prev = pl->place.prev_leader;
-    if (next == rank) return 0; /* the only group */
+    *leaders = malloc((size_t)nranks * sizeof(int));
+    *nleaders = 0;
+    if (!*leaders) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
+    if (next == rank) { /* the only group */
+        (*leaders)[(*nleaders)++] = rank;
+        return 0;
+    }
     int rc = c->v.ep->ops->set_peer(c->v.ep->tp, next, pl->next_card + CARD_HDR, pl->place.next_len - CARD_HDR);
     if (rc != 0)
         return oobx__fail(&c->log, rc, "rank %d: the card of the next leader, rank %d, does not parse: %s", rank, next,
@@ -830,12 +850,153 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
         memcpy(out + o + 8, card, len);
         o += 8 + len;
     }
-    card_trade_t t = {c, node, prev, prev == next};
+    card_trade_t t = {c, node, prev, prev == next, *leaders, 0};
     leader_ring_t lr = {.next = next, .prev = prev, .tag = NODE_TRADE_TAG, .own = out, .own_len = own,
                         .in_cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks,
                         .what = "cards", .unpack = card_unpack, .complete = card_complete,
                         .reach_prev = card_reach_prev, .arg = &t};
-    return leader_ring_run(c, &lr);
+    rc = leader_ring_run(c, &lr);
+    if (rc == 0 && t.nleaders < nranks) t.leaders[t.nleaders++] = rank;
+    if (rc == 0) qsort(t.leaders, (size_t)t.nleaders, sizeof(int), int_cmp);
+    *nleaders = t.nleaders;
+    return rc;
+}
+
+/* ---- the leaders' Bruck exchange (node-aware allgathers after init) ----
+ * Step k: leader i (in rank order among the H leaders) sends the blocks it
+ * holds of leaders i, i+1, ..., i+d-1 (d = 2^k; the last step only the
+ * H - d the receiver lacks) to leader i-d, in that order, in one message,
+ * and gets those of leaders i+d, ... from leader i+d: ceil(log2 H) steps. */
+
+/* Tags of the steps: step field 4 + 2k + the parity of the call (the ring's
+ * use 0-3), so that a leader one call ahead never lands in a slot still
+ * posted. */
+#define NODE_BRUCK_TAG(op, seq, k) \
+    oobx__coll_tag(OOBX_COLL_GID_LEADERS, 4u + 2u * (unsigned)(k) + ((unsigned)(seq) & 1u), (op), (seq), 0)
+
+typedef struct leader_bruck {
+    const int *leaders; /* by rank */
+    int nleaders, index;
+    unsigned op;
+    uint32_t seq;
+    unsigned char *own; /* this host's block (malloc'ed; leader_bruck_run frees it) */
+    size_t own_len;
+    size_t in_cap;      /* room for every other host's blocks */
+    const char *what;
+    /* the length of the block at m (at most avail bytes), 0 when it does not parse */
+    size_t (*block_len)(void *arg, const unsigned char *m, size_t avail);
+    int (*unpack)(void *arg, const unsigned char *m, size_t len, int from, int *origin);
+    void *arg;
+} leader_bruck_t;
+
+static int recv_done(void *arg)
+{
+    return ((oobx_rreq_t *)arg)->done;
+}
+
+static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
+{
+    int rank = c->v.rank, H = lb->nleaders, me = lb->index, rc = 0, adopted = 0;
+    int steps = 0;
+    for (int d = 1; d < H; d <<= 1) steps++;
+    size_t cap = lb->own_len + lb->in_cap;
+    unsigned char *buf = malloc(cap);      /* this leader's block, then the others' in the order of the index */
+    size_t *end = calloc((size_t)H, sizeof(*end)); /* where the block of leader index + j ends in buf */
+    oobx_sreq_t *s = calloc((size_t)steps + 1, sizeof(*s));
+    oobx_sreq_t **pending = calloc((size_t)steps + 2, sizeof(*pending));
+    int *sent_to = calloc((size_t)steps + 1, sizeof(*sent_to));
+    oobx_rreq_t *r = calloc(1, sizeof(*r));
+    if (!buf || !end || !s || !pending || !sent_to || !r) {
+        free(buf), free(end), free(s), free(pending), free(sent_to), free(r), free(lb->own);
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for the leaders' exchange", rank);
+    }
+    memcpy(buf, lb->own, lb->own_len);
+    free(lb->own);
+    end[0] = lb->own_len;
+    size_t used = lb->own_len;
+    uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
+    char who[160];
+    int ns = 0;
+    for (int k = 0, d = 1; rc == 0 && d < H; k++, d <<= 1) {
+        int cnt = d < H - d ? d : H - d;
+        int to = lb->leaders[(me - d + H) % H], from = lb->leaders[(me + d) % H];
+        uint64_t tag = NODE_BRUCK_TAG(lb->op, lb->seq, k);
+        rc = oobx__ep_irecv(&c->v, from, OOBX_MSG_COLL, tag, buf + used, cap - used, r);
+        if (rc != 0) break;
+        rc = oobx__ep_isend(&c->v, to, OOBX_MSG_COLL, tag, buf, end[cnt - 1], &s[ns]);
+        if (rc == 0) {
+            sent_to[ns] = to;
+            pending[ns] = &s[ns];
+            ns++;
+        }
+        if (rc == 0 && !r->done) rc = oobx__ep_wait(&c->v, recv_done, r, deadline);
+        oobx__ep_peer_name(&c->v, from, who, sizeof(who));
+        if (rc != 0) {
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of %d of the leaders' "
+                                                "exchange: waiting for %d hosts' %s from %s",
+                                     rank, k + 1, steps, cnt, lb->what, who);
+            if (oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, tag, r)) adopted = 1;
+            break;
+        }
+        if (r->status) {
+            const char *why = oobx__ep_failed_what(c->v.ep, from);
+            rc = oobx__fail(&c->log, view_status_or(c, r->status), "rank %d, leader of its host's ranks: step %d of the "
+                            "leaders' exchange, from %s: %s%s",
+                            rank, k + 1, who, why ? why : oobx_strerror(r->status),
+                            r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
+            break;
+        }
+        const unsigned char *m = buf + used;
+        size_t got = r->received, q = 0;
+        for (int j = 0; rc == 0 && j < cnt; j++) {
+            size_t bl = lb->block_len(lb->arg, m + q, got - q);
+            int want = lb->leaders[(me + d + j) % H], origin = -1;
+            if (!bl) {
+                rc = oobx__fail(&c->log, OOBX_ERR_MISMATCH,
+                                "rank %d, leader of its host's ranks: block %d of %d from %s (step %d of the leaders' "
+                                "exchange, %zu bytes) does not parse: do all ranks pass the same size?",
+                                rank, j + 1, cnt, who, k + 1, got);
+                break;
+            }
+            rc = lb->unpack(lb->arg, m + q, bl, from, &origin);
+            if (rc == 0 && origin != want)
+                rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                                "rank %d, leader of its host's ranks: %s sent the %s of leader %d where leader %d's "
+                                "belonged (step %d of the leaders' exchange)",
+                                rank, who, lb->what, origin, want, k + 1);
+            q += bl;
+            end[d + j] = used + q;
+        }
+        if (rc == 0 && q != got)
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                            "rank %d, leader of its host's ranks: %zu bytes from %s after the %d blocks of step %d of the "
+                            "leaders' exchange",
+                            rank, got - q, who, cnt, k + 1);
+        used += got;
+    }
+    if (rc == 0 && !pair_sent(pending)) {
+        rc = oobx__ep_wait(&c->v, pair_sent, pending, deadline);
+        if (rc != 0)
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: sending %s to the other leaders",
+                                     rank, lb->what);
+    }
+    for (int i = 0; rc == 0 && i < ns; i++)
+        if (s[i].tp.status) {
+            oobx__ep_peer_name(&c->v, sent_to[i], who, sizeof(who));
+            const char *why = oobx__ep_failed_what(c->v.ep, sent_to[i]);
+            rc = oobx__fail(&c->log, view_status_or(c, s[i].tp.status), "rank %d, leader of its host's ranks: step %d "
+                            "of the leaders' exchange, to %s: %s",
+                            rank, i + 1, who, why ? why : oobx_strerror(s[i].tp.status));
+        }
+    if (adopted || !pair_sent(pending)) {
+        oobx__ep_adopt(c->v.ep, buf);
+        oobx__ep_adopt(c->v.ep, s);
+        oobx__ep_adopt(c->v.ep, r);
+    } else {
+        free(buf), free(s), free(r);
+    }
+    free(end), free(pending), free(sent_to);
+    return rc;
 }
 
 /* ---- the node-aware allgather ----
@@ -874,6 +1035,16 @@ static int slice_unpack(void *arg, const unsigned char *m, size_t got, int from,
     }
     *origin = (int)o;
     return 0;
+}
+
+static size_t slice_block_len(void *arg, const unsigned char *m, size_t avail)
+{
+    slice_trade_t *t = arg;
+    if (avail < 8) return 0;
+    uint64_t count = oobx__get_u32(m + 4);
+    if (count == 0 || count > (uint64_t)t->c->v.nranks) return 0;
+    uint64_t len = 8 + count * (4 + (uint64_t)t->bpr);
+    return len <= avail ? (size_t)len : 0;
 }
 
 static int slice_complete(void *arg)
@@ -1043,13 +1214,22 @@ static int node_collective_run(struct oobx_comm *c, void *buf, size_t bpr, int b
                         memcpy(out + 8 + 4 * (size_t)L + (size_t)q * bpr, data + (size_t)c->node.members[q] * bpr, bpr);
                     t.have[c->node.members[q]] = 1;
                 }
-                leader_ring_t lr = {.next = c->node.next, .prev = c->node.prev, .tag = NODE_AG_TAG(op, seq), .own = out,
-                                    .own_len = own, .in_cap = (size_t)(nranks - L) * (4 + bpr) + 8 * (size_t)nranks,
-                                    .what = barrier ? "barrier arrivals" : "allgather slices", .unpack = slice_unpack,
-                                    .complete = slice_complete, .arg = &t};
+                size_t in_cap = (size_t)(nranks - L) * (4 + bpr) + 8 * (size_t)nranks;
+                const char *what = barrier ? "barrier arrivals" : "allgather slices";
                 pthread_mutex_lock(&c->v.ep->lock);
-                rc = leader_ring_run(c, &lr);
-                out = NULL; /* leader_ring_run's now */
+                if (strcmp(c->settings.node_exchange, "ring") != 0 && c->node.nleaders > 1) {
+                    leader_bruck_t lb = {.leaders = c->node.leaders, .nleaders = c->node.nleaders,
+                                         .index = c->node.lindex, .op = op, .seq = seq, .own = out, .own_len = own,
+                                         .in_cap = in_cap, .what = what, .block_len = slice_block_len,
+                                         .unpack = slice_unpack, .arg = &t};
+                    rc = leader_bruck_run(c, &lb);
+                } else {
+                    leader_ring_t lr = {.next = c->node.next, .prev = c->node.prev, .tag = NODE_AG_TAG(op, seq),
+                                        .own = out, .own_len = own, .in_cap = in_cap, .what = what,
+                                        .unpack = slice_unpack, .complete = slice_complete, .arg = &t};
+                    rc = leader_ring_run(c, &lr);
+                }
+                out = NULL; /* the exchange's now */
                 pthread_mutex_unlock(&c->v.ep->lock);
             }
             free(out);
@@ -1145,7 +1325,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
                   "two roots' blocks has a table in each; ranks that share a host id but not a node are alone)",
                   c->settings.local_vars, c->settings.local_size, pl.place.local_size);
     int leader = pl.place.local_index == 0;
-    int *members = NULL;
+    int *members = NULL, *leaders = NULL, nleaders = 0;
     if (leader) {
         members = malloc((size_t)pl.place.local_size * sizeof(int));
         if (!members) {
@@ -1163,7 +1343,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         t_local = oobx__now_ns();
         if (rc == 0) {
             pthread_mutex_lock(&c->v.ep->lock);
-            rc = leader_trade(c, node, &pl, members);
+            rc = leader_trade(c, node, &pl, members, &leaders, &nleaders);
             /* the leader alone reads every card: the members learn what it found */
             int hosts = 0, over = 0;
             if (rc == 0 && oobx__node_count(node) != nranks)
@@ -1202,6 +1382,11 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         c->node.prev = pl.place.prev_leader;
         c->node.members = members;
         members = NULL;
+        c->node.leaders = leaders;
+        c->node.nleaders = nleaders;
+        for (int i = 0; i < nleaders; i++)
+            if (leaders && leaders[i] == rank) c->node.lindex = i;
+        leaders = NULL;
         c->node.cancel.user_abort = c->v.user_abort;
         c->node.cancel.aborted = &c->aborted;
         c->node.cancel.deadline_ns = UINT64_MAX;
@@ -1211,6 +1396,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     }
     oobx__root_placement_free(&pl);
     free(members);
+    free(leaders);
     uint64_t t_end = oobx__now_ns();
     c->timings.local = t_local ? (t_local - t_root) / 1e9 : 0;
     c->timings.allgather = (t_end - t_root) / 1e9;

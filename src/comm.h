@@ -41,6 +41,7 @@ struct oobx_comm {
         int leader;             /* this rank leads its host's ranks */
         int local_size, next, prev; /* the host's ranks; leaders: their ring neighbours among the leaders */
         int *members;           /* leaders: the host's ranks */
+        int *leaders, nleaders, lindex; /* leaders: every host's leader, by rank (from init's trade), and this one's index */
         uint32_t uses;          /* node-aware allgathers so far */
         oobx_cancel_t cancel;   /* the deadline of the call in progress, and the aborts */
     } node;

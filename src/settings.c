@@ -37,6 +37,7 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_NODE_AWARE", "1", "1: ranks of one host share one card table in shared memory and only one leader per host trades cards with the other hosts; 0: every card travels the ring of all ranks", OOBX_SET_BOOL, S_(node_aware), 0, 0},
     {"OOBX_NODE_AWARE_MIN", "128", "communicators of fewer ranks use the flat bootstrap even with OOBX_NODE_AWARE=1 (below this size the ring is as fast, and its answers come earlier)", OOBX_SET_INT, S_(node_aware_min), 1, OOBX_NRANKS_MAX},
     {"OOBX_HOST_ID", "", "names this rank's host for the node-aware bootstrap (ranks with the same id share memory); empty: the host name (set it for emulated hosts, or containers that share a host name but no /dev/shm)", OOBX_SET_STR, S_(host_id), 0, 0},
+    {"OOBX_NODE_EXCHANGE", "bruck", "how the hosts' leaders trade a node-aware allgather's slices: bruck (log2 of the hosts steps, each leader to the leaders 1, 2, 4... away) or ring (both ways, about half the hosts hops); the same on every rank. Init's card trade is always the ring: no leader knows the others' addresses before it", OOBX_SET_STR, S_(node_exchange), 0, 0},
     {"OOBX_NODE_DIR", "/dev/shm", "directory of the host segments of the node-aware bootstrap (a tmpfs every rank of the host sees)", OOBX_SET_STR, S_(node_dir), 0, 0},
     {"OOBX_NODE_BUF", "4M", "bytes of each of the two shared buffers of the node-aware allgather: an allgather of at most this many bytes in all goes through the host's shared memory and its leader; 0: never", OOBX_SET_SIZE, S_(node_buf), 0, 1ll << 32},
     {"OOBX_CMA_MIN", "256K", "payloads of at least this many bytes to a rank of the same host are read by the receiver straight from the sender's buffer (Linux cross-memory attach, one copy; socket and UCX transports), where the kernel allows it; 0: never (and no direct allgather)", OOBX_SET_SIZE, S_(cma_min), 0, 1ll << 40},
@@ -171,6 +172,8 @@ int oobx__settings_load(oobx_settings_t *s, const oobx_config_t *cfg)
         strcmp(s->allgather_algo, "tree") && strcmp(s->allgather_algo, "direct"))
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_ALLGATHER_ALGO=\"%s\" is not one of auto, direct, ring, bruck, tree",
                          s->allgather_algo);
+    if (strcmp(s->node_exchange, "bruck") && strcmp(s->node_exchange, "ring"))
+        return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_NODE_EXCHANGE=\"%s\" is not one of bruck, ring", s->node_exchange);
     if (strcmp(s->failure, "job") && strcmp(s->failure, "local"))
         return oobx__fail(NULL, OOBX_ERR_INVALID, "OOBX_FAILURE=\"%s\" is not one of job, local", s->failure);
     return OOBX_SUCCESS;

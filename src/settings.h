@@ -21,6 +21,7 @@ typedef struct oobx_settings {
     int stagger_threshold;     /* OOBX_UID_STAGGER_THRESHOLD: ranks per root */
     char net_device[128];      /* OOBX_NET_DEVICE */
     char allgather_algo[16];   /* OOBX_ALLGATHER_ALGO: auto, direct, ring, bruck, tree */
+    char node_exchange[16];    /* OOBX_NODE_EXCHANGE: bruck, ring (the leaders' part of a node-aware allgather) */
     size_t bruck_max_bytes;    /* OOBX_ALLGATHER_BRUCK_MAX: auto picks Bruck up to this total */
     size_t chunk_bytes;        /* OOBX_CHUNK_BYTES: pipeline chunk */
     int spin_us;               /* OOBX_SPIN_US: progress spin before blocking */

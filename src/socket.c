@@ -611,7 +611,7 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
     /* a peer of this host that can read our memory pulls the payload itself */
     int cma = t->cma_min && hdr->len >= t->cma_min && pp->cma_set && pp->cma.state != OOBX_CMA_NO;
     int rndv = hdr->len >= SK_RNDV_MIN || cma;
-    if (rc_ && rc_->state == SC_READY && !rc_->sq_head && !rc_->ctl_len && !rndv) {
+    if (rc_ && rc_->state == SC_READY && !rc_->sq_head && !rc_->ctl_len && !rndv && !rc_->send_gone) {
         /* the common case: an idle connection takes the whole message at once */
         unsigned char h[OOBX_MSGHDR_BYTES];
         oobx__msghdr_encode(hdr, h);

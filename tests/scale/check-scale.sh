@@ -54,8 +54,8 @@ job() {
     fi
 }
 
-cases=12
-[ "$mode" = long ] && cases=14
+cases=15
+[ "$mode" = long ] && cases=17
 echo "[==========] Running $cases test(s)."
 job one_rank 1 1 one 0 OOBX_TRANSPORT=socket
 job two_ranks_one_host 2 1 one 1 OOBX_TRANSPORT=socket
@@ -75,10 +75,17 @@ job n256_8hosts_roots4 256 4 'OOBX_RANK / 32' 8 OOBX_TRANSPORT=socket
 # from it going forward
 job n40_big_host 40 1 'OOBX_RANK < 3 ? 0 : OOBX_RANK < 31 ? 1 : OOBX_RANK < 36 ? 2 : 3' 4 OOBX_TRANSPORT=socket
 job n64_16hosts_ucx 64 2 'OOBX_RANK / 4' 16 OOBX_TRANSPORT=ucx UCX_TLS=tcp
+# 5 hosts: the leaders' Bruck exchange of the allgather with a last step
+# that sends only what its receiver lacks; and the same over the ring
+job n60_5hosts_bruck 60 1 'OOBX_RANK / 12' 5 OOBX_TRANSPORT=socket
+job n60_5hosts_ring 60 1 'OOBX_RANK / 12' 5 OOBX_TRANSPORT=socket OOBX_NODE_EXCHANGE=ring
 # On 2 cores 2048 ranks take about 90 s to start (launch included), near the
 # default 120 s timeout of a call: the big jobs get the launcher's 300 s less a margin.
 big=OOBX_TIMEOUT_MS=280000
 job n2048_one_host_roots8 2048 8 one 1 OOBX_TRANSPORT=socket $big
+# and over 4 hosts of 512 (the leaders' ring both ways; a few seconds on a
+# fast 2-core VM, as the one-host case)
+job n2048_4hosts_roots8 2048 8 'OOBX_RANK / 512' 4 OOBX_TRANSPORT=socket $big
 if [ "$mode" = long ]; then
     job n10240_one_host_roots16 10240 16 one 1 OOBX_TRANSPORT=socket $big
     job n10240_16hosts_roots16 10240 16 'OOBX_RANK / 640' 16 OOBX_TRANSPORT=socket $big

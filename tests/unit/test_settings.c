@@ -67,6 +67,7 @@ static void test_env(void **state)
     setenv("OOBX_LOG_LEVEL", "DEBUG", 1);
     setenv("OOBX_SOCKET_FAMILY", "6", 1);
     setenv("OOBX_ALLGATHER_ALGO", "bruck", 1);
+    setenv("OOBX_NODE_EXCHANGE", "ring", 1);
     setenv("OOBX_SOCKET_IFNAME", "^docker,lo", 1);
     assert_int_equal(oobx__settings_load(&s, NULL), 0);
     assert_int_equal(s.timeout_ms, 500);
@@ -75,6 +76,7 @@ static void test_env(void **state)
     assert_int_equal(s.log_level, OOBX_LOG_DEBUG);
     assert_int_equal(s.socket_family, AF_INET6);
     assert_string_equal(s.allgather_algo, "bruck");
+    assert_string_equal(s.node_exchange, "ring");
     assert_string_equal(s.socket_ifname, "^docker,lo");
     /* parsed again each time: nothing is cached */
     setenv("OOBX_TIMEOUT_MS", "777", 1);
@@ -124,7 +126,7 @@ static void test_malformed(void **state)
         {"OOBX_CHUNK_BYTES", "-1"},        {"OOBX_CHUNK_BYTES", "12q"},        {"OOBX_CHUNK_BYTES", "99999999999999999999"},
         {"OOBX_SOCKET_LINKLOCAL", "2"},    {"OOBX_LOG_LEVEL", "loud"},         {"OOBX_SOCKET_FAMILY", "AF_UNIX"},
         {"OOBX_UID_STAGGER_RATE", "fast"}, {"OOBX_ALLGATHER_ALGO", "bogus"},   {"OOBX_TRANSPORT", "carrier-pigeon"},
-        {"OOBX_SOCKET_IFNAME", longname},  {"OOBX_RING_SLOTS", ""},
+        {"OOBX_SOCKET_IFNAME", longname},  {"OOBX_RING_SLOTS", ""},         {"OOBX_NODE_EXCHANGE", "tree"},
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
