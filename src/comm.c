@@ -894,6 +894,13 @@ static int recv_done(void *arg)
     return ((oobx_rreq_t *)arg)->done;
 }
 
+/* "rank 3 (10.0.0.7:4100)" into buf, once (buf[0] 0: not yet). */
+static const char *who_is(struct oobx_comm *c, int r, char *buf, size_t len)
+{
+    if (!buf[0]) oobx__ep_peer_name(&c->v, r, buf, len);
+    return buf;
+}
+
 static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
 {
     int rank = c->v.rank, H = lb->nleaders, me = lb->index, rc = 0, adopted = 0;
@@ -930,11 +937,11 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
             ns++;
         }
         if (rc == 0 && !r->done) rc = oobx__ep_wait(&c->v, recv_done, r, deadline);
-        oobx__ep_peer_name(&c->v, from, who, sizeof(who));
+        who[0] = '\0'; /* named by who_is() in the errors only */
         if (rc != 0) {
             rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of %d of the leaders' "
                                                 "exchange: waiting for %d hosts' %s from %s",
-                                     rank, k + 1, steps, cnt, lb->what, who);
+                                     rank, k + 1, steps, cnt, lb->what, who_is(c, from, who, sizeof(who)));
             if (oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, tag, r)) adopted = 1;
             break;
         }
@@ -942,7 +949,7 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
             const char *why = oobx__ep_failed_what(c->v.ep, from);
             rc = oobx__fail(&c->log, view_status_or(c, r->status), "rank %d, leader of its host's ranks: step %d of the "
                             "leaders' exchange, from %s: %s%s",
-                            rank, k + 1, who, why ? why : oobx_strerror(r->status),
+                            rank, k + 1, who_is(c, from, who, sizeof(who)), why ? why : oobx_strerror(r->status),
                             r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
             break;
         }
@@ -955,7 +962,7 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
                 rc = oobx__fail(&c->log, OOBX_ERR_MISMATCH,
                                 "rank %d, leader of its host's ranks: block %d of %d from %s (step %d of the leaders' "
                                 "exchange, %zu bytes) does not parse: do all ranks pass the same size?",
-                                rank, j + 1, cnt, who, k + 1, got);
+                                rank, j + 1, cnt, who_is(c, from, who, sizeof(who)), k + 1, got);
                 break;
             }
             rc = lb->unpack(lb->arg, m + q, bl, from, &origin);
@@ -963,7 +970,7 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
                 rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
                                 "rank %d, leader of its host's ranks: %s sent the %s of leader %d where leader %d's "
                                 "belonged (step %d of the leaders' exchange)",
-                                rank, who, lb->what, origin, want, k + 1);
+                                rank, who_is(c, from, who, sizeof(who)), lb->what, origin, want, k + 1);
             q += bl;
             end[d + j] = used + q;
         }
@@ -971,7 +978,7 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
             rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
                             "rank %d, leader of its host's ranks: %zu bytes from %s after the %d blocks of step %d of the "
                             "leaders' exchange",
-                            rank, got - q, who, cnt, k + 1);
+                            rank, got - q, who_is(c, from, who, sizeof(who)), cnt, k + 1);
         used += got;
     }
     if (rc == 0 && !pair_sent(pending)) {
