@@ -533,6 +533,24 @@ static int leader_covers_fwd(int o, int x, int n)
     return d > 0 && d <= n / 2;
 }
 
+/* A leader's request to or from leader peer failed: "rank R, leader of its
+ * host's ranks: <fmt...> <peer's name>: <why>". */
+static int leader_peer_fail(struct oobx_comm *c, int status, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int leader_peer_fail(struct oobx_comm *c, int status, int peer, const char *fmt, ...)
+{
+    char what[200], who[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    oobx__ep_peer_name(&c->v, peer, who, sizeof(who));
+    const char *why = oobx__ep_failed_what(c->v.ep, peer);
+    return oobx__fail(&c->log, view_status_or(c, status), "rank %d, leader of its host's ranks: %s %s: %s%s", c->v.rank,
+                      what, who, why ? why : oobx_strerror(status),
+                      status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
+}
+
 typedef struct ring_run {
     struct oobx_comm *c;
     const leader_ring_t *lr;
@@ -643,11 +661,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
              * the rest (a direction may have nothing more to bring) */
             if (q->status && c->v.ep->departed[oobx__ep_view_rank(&c->v, from[d])]) continue;
             if (q->status) {
-                oobx__ep_peer_name(&c->v, from[d], who, sizeof(who));
-                const char *why = oobx__ep_failed_what(c->v.ep, from[d]);
-                rc = oobx__fail(&c->log, view_status_or(c, q->status), "rank %d, leader of its host's ranks: the %s leader, %s: %s%s",
-                                rank, side[d], who, why ? why : oobx_strerror(q->status),
-                                q->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
+                rc = leader_peer_fail(c, q->status, from[d], "the %s leader,", side[d]);
                 break;
             }
             int origin = -1;
@@ -699,13 +713,9 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
         }
     }
     for (int i = 0; rc == 0 && i < st.ns; i++)
-        if (st.sreqs[i].tp.status) {
-            int to = st.sent_to[i];
-            oobx__ep_peer_name(&c->v, to, who, sizeof(who));
-            const char *why = oobx__ep_failed_what(c->v.ep, to);
-            rc = oobx__fail(&c->log, view_status_or(c, st.sreqs[i].tp.status), "rank %d, leader of its host's ranks: the %s leader, %s: %s",
-                            rank, to == lr->next ? "next" : "previous", who, why ? why : oobx_strerror(st.sreqs[i].tp.status));
-        }
+        if (st.sreqs[i].tp.status)
+            rc = leader_peer_fail(c, st.sreqs[i].tp.status, st.sent_to[i], "the %s leader,",
+                                  st.sent_to[i] == lr->next ? "next" : "previous");
     if (adopted || !pair_sent(st.pending)) {
         /* a transport may still touch them */
         oobx__ep_adopt(c->v.ep, in[0]);
@@ -946,11 +956,7 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
             break;
         }
         if (r->status) {
-            const char *why = oobx__ep_failed_what(c->v.ep, from);
-            rc = oobx__fail(&c->log, view_status_or(c, r->status), "rank %d, leader of its host's ranks: step %d of the "
-                            "leaders' exchange, from %s: %s%s",
-                            rank, k + 1, who_is(c, from, who, sizeof(who)), why ? why : oobx_strerror(r->status),
-                            r->status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");
+            rc = leader_peer_fail(c, r->status, from, "step %d of the leaders' exchange, from", k + 1);
             break;
         }
         const unsigned char *m = buf + used;
@@ -988,13 +994,8 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
                                      rank, lb->what);
     }
     for (int i = 0; rc == 0 && i < ns; i++)
-        if (s[i].tp.status) {
-            oobx__ep_peer_name(&c->v, sent_to[i], who, sizeof(who));
-            const char *why = oobx__ep_failed_what(c->v.ep, sent_to[i]);
-            rc = oobx__fail(&c->log, view_status_or(c, s[i].tp.status), "rank %d, leader of its host's ranks: step %d "
-                            "of the leaders' exchange, to %s: %s",
-                            rank, i + 1, who, why ? why : oobx_strerror(s[i].tp.status));
-        }
+        if (s[i].tp.status)
+            rc = leader_peer_fail(c, s[i].tp.status, sent_to[i], "step %d of the leaders' exchange, to", i + 1);
     if (adopted || !pair_sent(pending)) {
         oobx__ep_adopt(c->v.ep, buf);
         oobx__ep_adopt(c->v.ep, s);
