@@ -815,12 +815,6 @@ static int card_reach_prev(void *arg, int *ready)
  * not sit in the same slot (a rival there means a disagreeing call, ep.c). */
 #define NODE_AG_TAG(op, seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 2u * ((seq) & 1u), (op), (seq), 0)
 
-static int int_cmp(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 /* The card trade among the leaders; *leaders (malloc'ed, by rank, this
  * leader among them) and *nleaders: every host's leader, for the exchanges
  * of later allgathers. */
@@ -867,7 +861,7 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
                         .reach_prev = card_reach_prev, .arg = &t};
     rc = leader_ring_run(c, &lr);
     if (rc == 0 && t.nleaders < nranks) t.leaders[t.nleaders++] = rank;
-    if (rc == 0) qsort(t.leaders, (size_t)t.nleaders, sizeof(int), int_cmp);
+    if (rc == 0) qsort(t.leaders, (size_t)t.nleaders, sizeof(int), oobx__int_cmp);
     *nleaders = t.nleaders;
     return rc;
 }

@@ -353,12 +353,6 @@ static int member_cmp(const void *a, const void *b)
     return x->local - y->local;
 }
 
-static int int_cmp(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 /* The members m[i..j) share a host id. They do not share a node when their
  * launcher says so: two of them have the same local rank, or one's local size
  * is smaller than the group (a group may be smaller than the launcher's
@@ -373,7 +367,7 @@ static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, c
         }
         if (m[k].lrank >= 0) scratch[n++] = m[k].lrank;
     }
-    qsort(scratch, (size_t)n, sizeof(int), int_cmp);
+    qsort(scratch, (size_t)n, sizeof(int), oobx__int_cmp);
     for (int k = 1; k < n; k++)
         if (scratch[k] == scratch[k - 1]) {
             snprintf(why, whylen, "two have launcher local rank %d", scratch[k]);

@@ -44,6 +44,12 @@ int oobx__ms_left(uint64_t deadline_ns, int cap_ms)
     return (int)left;
 }
 
+int oobx__int_cmp(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 uint64_t oobx__mix64(uint64_t a, uint64_t b)
 {
     uint64_t x = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));

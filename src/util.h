@@ -16,6 +16,7 @@ int oobx__read_small_file(const char *path, char *buf, size_t cap); /* one read,
 uint64_t oobx__random64(void);                   /* getrandom(), else time^pid mix */
 uint64_t oobx__hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a 64 */
 uint64_t oobx__mix64(uint64_t a, uint64_t b);
+int oobx__int_cmp(const void *a, const void *b);  /* qsort order of ints, ascending */
 /* 1 when p (not NULL) lies in [base, base + len): memory a failed call gives back (transport.h, release) */
 int oobx__in_range(const void *p, const void *base, size_t len);
 /* Asks the kernel to map the whole pages of [p, p + len) writable now
