@@ -990,7 +990,10 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
     if (ep->failed[dst]) {
         char who[160];
         oobx__ep_peer_name(v, peer, who, sizeof(who));
-        return oobx__fail(v->log, ep->failed[dst], "cannot send to %s: %s", who, oobx__ep_failed_what(ep, dst));
+        /* a peer gone because the communicator failed: the text is that
+         * failure's (oobx__ep_failed_what), and so is the code */
+        int st = oobx__ep_view_status(v);
+        return oobx__fail(v->log, st ? st : ep->failed[dst], "cannot send to %s: %s", who, oobx__ep_failed_what(ep, dst));
     }
     int rc = oobx__ep_know(ep, dst);
     if (rc == 0) rc = ep->ops->send(ep->tp, dst, &h, buf, &req->tp);
