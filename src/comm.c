@@ -815,6 +815,8 @@ static int card_reach_prev(void *arg, int *ready)
  * not sit in the same slot (a rival there means a disagreeing call, ep.c). */
 #define NODE_AG_TAG(op, seq) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 2u * ((seq) & 1u), (op), (seq), 0)
 
+static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned char *own, size_t own_len);
+
 /* The card trade among the leaders; *leaders (malloc'ed, by rank, this
  * leader among them) and *nleaders: every host's leader, for the exchanges
  * of later allgathers. */
@@ -855,11 +857,15 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
         o += 8 + len;
     }
     card_trade_t t = {c, node, prev, prev == next, *leaders, 0};
-    leader_ring_t lr = {.next = next, .prev = prev, .tag = NODE_TRADE_TAG, .own = out, .own_len = own,
-                        .in_cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks,
-                        .what = "cards", .unpack = card_unpack, .complete = card_complete,
-                        .reach_prev = card_reach_prev, .arg = &t};
-    rc = leader_ring_run(c, &lr);
+    if (strcmp(c->settings.node_exchange, "ring") != 0) {
+        rc = doubling_trade(&t, pl, out, own);
+    } else {
+        leader_ring_t lr = {.next = next, .prev = prev, .tag = NODE_TRADE_TAG, .own = out, .own_len = own,
+                            .in_cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks,
+                            .what = "cards", .unpack = card_unpack, .complete = card_complete,
+                            .reach_prev = card_reach_prev, .arg = &t};
+        rc = leader_ring_run(c, &lr);
+    }
     if (rc == 0 && t.nleaders < nranks) t.leaders[t.nleaders++] = rank;
     if (rc == 0) qsort(t.leaders, (size_t)t.nleaders, sizeof(int), oobx__int_cmp);
     *nleaders = t.nleaders;
@@ -998,6 +1004,270 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
         free(buf), free(s), free(r);
     }
     free(end), free(pending), free(sent_to);
+    return rc;
+}
+
+/* ---- the card trade at init by doubling (OOBX_NODE_EXCHANGE=bruck) ----
+ * No leader knows the others' addresses or how many hosts there are: each
+ * knows the next leader's card and the previous leader's rank (the root's
+ * answer). Step k: leader i sends every block it holds (its own and those of
+ * the 2^k - 1 leaders before it) to leader i + 2^k, and gets those of the
+ * 2^k leaders before i - 2^k + 1 from leader i - 2^k; the step's message
+ * also names i - 2^k (the receiver's sender at step k + 1), and the receiver
+ * answers with the card of its own step-k partner, i + 2^(k+1) for the
+ * sender. After ceil(log2 H) steps, the same on every leader, each holds
+ * every block; the last step may bring blocks held already (no leader knows
+ * H to trim it): they are checked and skipped.
+ * Step message: u32 the sender's source of this step, u32 blocks, blocks.
+ * Answer: u32 rank, u32 length, that rank's card. */
+
+/* Tags: the leaders' group, steps 34 (blocks) and 35 (answers), the step
+ * number in the root field (the rings use steps 32 and 33, Bruck 4-31). */
+#define NODE_DOUBLING_TAG(k, answer) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 34u + (answer), 0, 0, (int)(k))
+
+/* The length of the card block at m (at most avail bytes), 0 when it does not parse. */
+static size_t card_block_len(const unsigned char *m, size_t avail)
+{
+    if (avail < 16) return 0;
+    uint32_t count = oobx__get_u32(m + 4);
+    size_t q = 16;
+    for (uint32_t k = 0; k < count; k++) {
+        if (q + 8 > avail) return 0;
+        uint32_t len = oobx__get_u32(m + q + 4);
+        if (len > CARD_HDR + OOBX_ADDR_MAX || q + 8 + len > avail) return 0;
+        q += 8 + (size_t)len;
+    }
+    return q;
+}
+
+/* A block whose origin leader is held already: its cards must be the ones
+ * held. */
+static int card_block_same(struct oobx_comm *c, oobx__node_t *node, const unsigned char *m, size_t len, int from)
+{
+    uint32_t count = oobx__get_u32(m + 4);
+    size_t q = 16;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t who = oobx__get_u32(m + q), l = oobx__get_u32(m + q + 4);
+        size_t have_len = 0;
+        const unsigned char *have = oobx__node_card(node, (int)who, &have_len);
+        if (!have || have_len != l || memcmp(have, m + q + 8, l) != 0)
+            return oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                              "rank %d, leader of its host's ranks: leader %d sent a card of rank %u unlike the one "
+                              "held (block of leader %u)",
+                              c->v.rank, from, who, oobx__get_u32(m));
+        q += 8 + (size_t)l;
+    }
+    return q == len ? 0 : OOBX_ERR_PROTOCOL;
+}
+
+/* Tells the transport rank r's card from the host's table (once). */
+static int doubling_reach(struct oobx_comm *c, oobx__node_t *node, unsigned char *known, int r)
+{
+    if (r == c->v.rank || known[r]) return 0;
+    size_t len = 0;
+    const unsigned char *k = oobx__node_card(node, r, &len);
+    if (!k || len <= CARD_HDR)
+        return oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                          "rank %d, leader of its host's ranks: the card of leader %d is not among those it sent",
+                          c->v.rank, r);
+    int rc = c->v.ep->ops->set_peer(c->v.ep->tp, r, k + CARD_HDR, len - CARD_HDR);
+    if (rc != 0)
+        return oobx__fail(&c->log, rc, "rank %d: the card of leader %d does not parse: %s", c->v.rank, r,
+                          oobx_last_error());
+    known[r] = 1;
+    return 0;
+}
+
+/* Takes the blocks of a step message (after its 8 bytes): new ones into the
+ * table and onto held, ones held already checked. */
+static int doubling_take(card_trade_t *t, const unsigned char *m, size_t got, int from, unsigned char *seen,
+                         unsigned char *held, size_t *held_len, uint32_t *nheld)
+{
+    struct oobx_comm *c = t->c;
+    uint32_t nblocks = oobx__get_u32(m - 4);
+    size_t q = 0;
+    for (uint32_t b = 0; b < nblocks; b++) {
+        size_t bl = card_block_len(m + q, got - q);
+        uint32_t o = bl ? oobx__get_u32(m + q) : 0;
+        if (!bl || o >= (uint32_t)c->v.nranks)
+            return oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                              "rank %d, leader of its host's ranks: block %u of %u from leader %d (%zu bytes) does not "
+                              "parse",
+                              c->v.rank, b + 1, nblocks, from, got);
+        int rc, origin = -1;
+        if (seen[o]) {
+            rc = card_block_same(c, t->node, m + q, bl, from);
+        } else {
+            rc = card_unpack(t, m + q, bl, from, &origin);
+            if (rc == 0) {
+                seen[o] = 1;
+                memcpy(held + *held_len, m + q, bl);
+                *held_len += bl;
+                (*nheld)++;
+            }
+        }
+        if (rc != 0) return rc;
+        q += bl;
+    }
+    if (q != got)
+        return oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                          "rank %d, leader of its host's ranks: %zu bytes from leader %d after its %u blocks", c->v.rank,
+                          got - q, from, nblocks);
+    return 0;
+}
+
+static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned char *own, size_t own_len)
+{
+    struct oobx_comm *c = t->c;
+    int rank = c->v.rank, nranks = c->v.nranks, rc = 0, adopted = 0;
+    size_t cap = 8 + (size_t)nranks * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks;
+    size_t acap = 8 + CARD_HDR + OOBX_ADDR_MAX;
+    enum { MAX_STEPS = 32 };
+    unsigned char *held = malloc(cap), *in = malloc(cap), *ans_in = malloc(acap);
+    unsigned char *seen = calloc((size_t)nranks, 1), *known = calloc((size_t)nranks, 1);
+    unsigned char *out[MAX_STEPS] = {NULL}, *ans_out[MAX_STEPS] = {NULL};
+    oobx_sreq_t *s = calloc(2 * MAX_STEPS, sizeof(*s));
+    oobx_sreq_t **pending = calloc(2 * MAX_STEPS + 1, sizeof(*pending));
+    int *sent_to = calloc(2 * MAX_STEPS, sizeof(*sent_to));
+    oobx_rreq_t *r = calloc(2, sizeof(*r)); /* the step's blocks, the answer */
+    unsigned char fwd_card[CARD_HDR + OOBX_ADDR_MAX];
+    size_t fwd_len = pl->place.next_len;
+    if (!held || !in || !ans_in || !seen || !known || !s || !pending || !sent_to || !r) {
+        free(held), free(in), free(ans_in), free(seen), free(known), free(s), free(pending), free(sent_to), free(r),
+            free(own);
+        return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for the leaders' exchange", rank);
+    }
+    memcpy(held, own, own_len);
+    free(own);
+    size_t held_len = own_len;
+    uint32_t nheld = 1;
+    seen[rank] = 1;
+    memcpy(fwd_card, pl->next_card, fwd_len);
+    int fwd = pl->place.next_leader, back = t->prev;
+    known[fwd] = 1; /* leader_trade told the transport */
+    uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
+    char who[160];
+    int ns = 0, k = 0;
+    for (; rc == 0 && !card_complete(t); k++) {
+        if (k == MAX_STEPS || fwd == rank || back == rank) {
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
+                            "rank %d, leader of its host's ranks: step %d of the leaders' card trade points back to "
+                            "itself with %d of %d cards in",
+                            rank, k + 1, oobx__node_count(t->node), nranks);
+            break;
+        }
+        uint64_t tag = NODE_DOUBLING_TAG(k, 0), atag = NODE_DOUBLING_TAG(k, 1);
+        rc = oobx__ep_irecv(&c->v, back, OOBX_MSG_COLL, tag, in, cap, &r[0]);
+        if (rc == 0) rc = oobx__ep_irecv(&c->v, fwd, OOBX_MSG_COLL, atag, ans_in, acap, &r[1]);
+        if (rc == 0) {
+            out[k] = malloc(8 + held_len);
+            if (!out[k]) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
+        }
+        if (rc == 0) {
+            oobx__put_u32(out[k], (uint32_t)back);
+            oobx__put_u32(out[k] + 4, nheld);
+            memcpy(out[k] + 8, held, held_len);
+            rc = oobx__ep_isend(&c->v, fwd, OOBX_MSG_COLL, tag, out[k], 8 + held_len, &s[ns]);
+            if (rc == 0) sent_to[ns] = fwd, pending[ns] = &s[ns], ns++;
+        }
+        if (rc != 0) break;
+        /* the step's blocks */
+        if (!r[0].done) rc = oobx__ep_wait(&c->v, recv_done, &r[0], deadline);
+        who[0] = '\0';
+        if (rc != 0) {
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' card "
+                                                "trade: waiting for cards from %s",
+                                     rank, k + 1, who_is(c, back, who, sizeof(who)));
+            break;
+        }
+        if (r[0].status) {
+            rc = leader_peer_fail(c, r[0].status, back, "step %d of the leaders' card trade, from", k + 1);
+            break;
+        }
+        if (r[0].received < 8) {
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d, leader of its host's ranks: a card message of %zu "
+                            "bytes from leader %d", rank, r[0].received, back);
+            break;
+        }
+        int next_back = (int)oobx__get_u32(in);
+        if (next_back < 0 || next_back >= nranks) {
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d, leader of its host's ranks: leader %d names rank %d "
+                            "(job of %d)", rank, back, next_back, nranks);
+            break;
+        }
+        rc = doubling_take(t, in + 8, r[0].received - 8, back, seen, held, &held_len, &nheld);
+        /* the answer: this step's partner, the sender's partner one step on */
+        if (rc == 0) rc = doubling_reach(c, t->node, known, back);
+        if (rc == 0) {
+            ans_out[k] = malloc(8 + fwd_len);
+            if (!ans_out[k]) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
+        }
+        if (rc == 0) {
+            oobx__put_u32(ans_out[k], (uint32_t)fwd);
+            oobx__put_u32(ans_out[k] + 4, (uint32_t)fwd_len);
+            memcpy(ans_out[k] + 8, fwd_card, fwd_len);
+            rc = oobx__ep_isend(&c->v, back, OOBX_MSG_COLL, atag, ans_out[k], 8 + fwd_len, &s[ns]);
+            if (rc == 0) sent_to[ns] = back, pending[ns] = &s[ns], ns++;
+        }
+        if (rc != 0) break;
+        back = next_back;
+        /* the partner's answer (waited for after the last step too: nothing is left in flight) */
+        if (!r[1].done) rc = oobx__ep_wait(&c->v, recv_done, &r[1], deadline);
+        who[0] = '\0';
+        if (rc != 0) {
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' card "
+                                                "trade: waiting for the answer of %s",
+                                     rank, k + 1, who_is(c, fwd, who, sizeof(who)));
+            break;
+        }
+        if (r[1].status) {
+            rc = leader_peer_fail(c, r[1].status, fwd, "step %d of the leaders' card trade, the answer of", k + 1);
+            break;
+        }
+        uint32_t nf = r[1].received >= 8 ? oobx__get_u32(ans_in) : UINT32_MAX;
+        uint32_t nl = r[1].received >= 8 ? oobx__get_u32(ans_in + 4) : 0;
+        if (nf >= (uint32_t)nranks || nl <= CARD_HDR || nl > CARD_HDR + OOBX_ADDR_MAX || 8 + (size_t)nl != r[1].received) {
+            rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d, leader of its host's ranks: a malformed answer of %zu "
+                            "bytes from leader %d", rank, r[1].received, fwd);
+            break;
+        }
+        fwd = (int)nf;
+        fwd_len = nl;
+        memcpy(fwd_card, ans_in + 8, nl);
+        if (!known[fwd] && fwd != rank && !card_complete(t)) {
+            rc = c->v.ep->ops->set_peer(c->v.ep->tp, fwd, fwd_card + CARD_HDR, fwd_len - CARD_HDR);
+            if (rc != 0)
+                rc = oobx__fail(&c->log, rc, "rank %d: the card of leader %d does not parse: %s", rank, fwd,
+                                oobx_last_error());
+            else
+                known[fwd] = 1;
+        }
+    }
+    for (int d = 0; d < 2; d++)
+        if (r[d].buf && !r[d].done && oobx__ep_cancel_recv(&c->v, OOBX_MSG_COLL, r[d].tag, &r[d])) adopted = 1;
+    if (rc == 0 && !pair_sent(pending)) {
+        rc = oobx__ep_wait(&c->v, pair_sent, pending, deadline);
+        if (rc != 0)
+            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: sending cards to the other "
+                                                "leaders", rank);
+    }
+    for (int i = 0; rc == 0 && i < ns; i++)
+        if (s[i].tp.status) rc = leader_peer_fail(c, s[i].tp.status, sent_to[i], "the leaders' card trade, to");
+    if (adopted || !pair_sent(pending)) {
+        /* a transport may still touch them */
+        oobx__ep_adopt(c->v.ep, in);
+        oobx__ep_adopt(c->v.ep, ans_in);
+        oobx__ep_adopt(c->v.ep, s);
+        oobx__ep_adopt(c->v.ep, r);
+        for (int i = 0; i < MAX_STEPS; i++) {
+            if (out[i]) oobx__ep_adopt(c->v.ep, out[i]);
+            if (ans_out[i]) oobx__ep_adopt(c->v.ep, ans_out[i]);
+        }
+    } else {
+        free(in), free(ans_in), free(s), free(r);
+        for (int i = 0; i < MAX_STEPS; i++) free(out[i]), free(ans_out[i]);
+    }
+    free(held), free(seen), free(known), free(pending), free(sent_to);
     return rc;
 }
 

@@ -76,6 +76,7 @@ typedef struct fault_ctl {
     int init_bound;         /* survivors' init must end within one timeout of their call */
     int strict;             /* survivors must get OOBX_ERR_REMOTE naming the victim within bound_s */
     double bound_s;
+    int own_hosts;          /* every rank an emulated host of its own, node-aware: the leaders' card trade */
 } fault_ctl_t;
 
 enum { FAULT_BEFORE_CONTACT = 1, FAULT_IN_INIT, FAULT_IN_ALLGATHER };
@@ -161,6 +162,13 @@ static void judge_survivor(harness_rank_t *r, fault_ctl_t *ctl, int rc, double t
 static int rank_killed_in_init(harness_rank_t *r)
 {
     fault_ctl_t *ctl = r->arg;
+    if (ctl->own_hosts) {
+        /* each rank a process of its own: its settings are its own */
+        char id[32];
+        snprintf(id, sizeof id, "fault-host-%d", r->rank);
+        setenv("OOBX_HOST_ID", id, 1);
+        setenv("OOBX_NODE_AWARE_MIN", "2", 1);
+    }
     if (r->rank == ctl->victim) {
         ctl->ready[r->rank] = 1;
         if (ctl->phase == FAULT_BEFORE_CONTACT) {
@@ -370,10 +378,16 @@ static int reached_our_listener(pid_t pid);
 
 /* Runs a kill test: waits for the ranks to be ready, harms the victim with sig,
  * lets the survivors judge, and checks that one of them named the victim. */
+static void run_kill_test_ctl(fault_ctl_t *ctl, const char *name, harness_fn fn, int n, int roots, int victim,
+                              int phase, int sig, size_t bytes);
 static void run_kill_test(const char *name, harness_fn fn, int n, int roots, int victim, int phase, int sig,
                           size_t bytes)
 {
-    fault_ctl_t *ctl = ctl_new();
+    run_kill_test_ctl(ctl_new(), name, fn, n, roots, victim, phase, sig, bytes);
+}
+static void run_kill_test_ctl(fault_ctl_t *ctl, const char *name, harness_fn fn, int n, int roots, int victim,
+                              int phase, int sig, size_t bytes)
+{
     ctl->victim = victim;
     ctl->phase = phase;
     ctl->bytes = bytes;
@@ -497,6 +511,28 @@ static void test_kill_in_allgather_small(void **state)
     (void)state;
     run_kill_test("kill_in_small_allgather_n16_roots2", rank_killed_in_allgather, 16, 2, 0, FAULT_IN_ALLGATHER,
                   SIGKILL, 100);
+}
+/* Eight one-rank hosts, node-aware: the victim, a leader, reports and is
+ * stopped; the root answers every rank, and the other leaders' card trade
+ * (by doubling, and by the ring) waits for a leader that never sends: every
+ * survivor fails within the timeout, and one names it at least. */
+static void stopped_leader(const char *name, const char *exchange)
+{
+    fault_ctl_t *ctl = ctl_new();
+    ctl->own_hosts = 1;
+    setenv("OOBX_NODE_EXCHANGE", exchange, 1);
+    run_kill_test_ctl(ctl, name, rank_killed_in_init, 8, 1, 5, FAULT_IN_INIT, SIGSTOP, 0);
+    unsetenv("OOBX_NODE_EXCHANGE");
+}
+static void test_stopped_leader_in_trade(void **state)
+{
+    (void)state;
+    stopped_leader("stopped_leader_in_card_trade_n8_hosts8", "bruck");
+}
+static void test_stopped_leader_in_ring_trade(void **state)
+{
+    (void)state;
+    stopped_leader("stopped_leader_in_card_ring_n8_hosts8", "ring");
 }
 /* The victim (rank 0) reports and is stopped; the last rank reports 2 s
  * late, so the others spend 2 s of their 3 s in the root phase and the rest
@@ -1614,6 +1650,8 @@ int main(void)
         cmocka_unit_test(test_kill_before_contact),
         cmocka_unit_test(test_kill_in_init),
         cmocka_unit_test(test_kill_in_init_roots3),
+        cmocka_unit_test(test_stopped_leader_in_trade),
+        cmocka_unit_test(test_stopped_leader_in_ring_trade),
         cmocka_unit_test(test_kill_in_allgather),
         cmocka_unit_test(test_kill_in_allgather_small),
         cmocka_unit_test(test_init_one_budget),

@@ -54,8 +54,8 @@ job() {
     fi
 }
 
-cases=15
-[ "$mode" = long ] && cases=17
+cases=18
+[ "$mode" = long ] && cases=20
 echo "[==========] Running $cases test(s)."
 job one_rank 1 1 one 0 OOBX_TRANSPORT=socket
 job two_ranks_one_host 2 1 one 1 OOBX_TRANSPORT=socket
@@ -67,13 +67,18 @@ job n64_default_flat 64 1 one 0 OOBX_TRANSPORT=socket OOBX_NODE_AWARE_MIN=128
 job n64_4hosts_uneven_roots3 64 3 'OOBX_RANK == 0 ? 0 : OOBX_RANK < 10 ? 1 : OOBX_RANK < 37 ? 2 : 3' 4 OOBX_TRANSPORT=socket
 # hosts interleaved by rank (round robin): every group of a block is one rank of each host
 job n48_4hosts_round_robin_roots2 48 2 'OOBX_RANK % 4' 4 OOBX_TRANSPORT=socket
+job n48_4hosts_round_robin_ring 48 2 'OOBX_RANK % 4' 4 OOBX_TRANSPORT=socket OOBX_NODE_EXCHANGE=ring
 # the allgather's size over the shared buffer falls back to the other algorithms
 job n32_4hosts_small_node_buf 32 1 'OOBX_RANK / 8' 4 OOBX_TRANSPORT=socket OOBX_NODE_BUF=1k
 job n256_8hosts_roots4 256 4 'OOBX_RANK / 32' 8 OOBX_TRANSPORT=socket
-# one host holds more than half the ranks (28 of 40): the leaders' ring runs
-# both ways by rank distance, and the leader after the big host gets nothing
-# from it going forward
+# one host holds more than half the ranks (28 of 40): the leaders' ring
+# (OOBX_NODE_EXCHANGE=ring) runs both ways by rank distance, and the leader
+# after the big host gets nothing from it going forward; and by doubling
 job n40_big_host 40 1 'OOBX_RANK < 3 ? 0 : OOBX_RANK < 31 ? 1 : OOBX_RANK < 36 ? 2 : 3' 4 OOBX_TRANSPORT=socket
+job n40_big_host_ring 40 1 'OOBX_RANK < 3 ? 0 : OOBX_RANK < 31 ? 1 : OOBX_RANK < 36 ? 2 : 3' 4 OOBX_TRANSPORT=socket OOBX_NODE_EXCHANGE=ring
+# 100 hosts of one rank over 3 roots: init's card trade by doubling, 7 steps,
+# the last one bringing blocks the leaders hold already
+job n100_100hosts_roots3 100 3 'OOBX_RANK' 100 OOBX_TRANSPORT=socket
 job n64_16hosts_ucx 64 2 'OOBX_RANK / 4' 16 OOBX_TRANSPORT=ucx UCX_TLS=tcp
 # 5 hosts: the leaders' Bruck exchange of the allgather with a last step
 # that sends only what its receiver lacks; and the same over the ring
@@ -83,7 +88,7 @@ job n60_5hosts_ring 60 1 'OOBX_RANK / 12' 5 OOBX_TRANSPORT=socket OOBX_NODE_EXCH
 # default 120 s timeout of a call: the big jobs get the launcher's 300 s less a margin.
 big=OOBX_TIMEOUT_MS=280000
 job n2048_one_host_roots8 2048 8 one 1 OOBX_TRANSPORT=socket $big
-# and over 4 hosts of 512 (the leaders' ring both ways; a few seconds on a
+# and over 4 hosts of 512 (the leaders' card trade; a few seconds on a
 # fast 2-core VM, as the one-host case)
 job n2048_4hosts_roots8 2048 8 'OOBX_RANK / 512' 4 OOBX_TRANSPORT=socket $big
 if [ "$mode" = long ]; then
