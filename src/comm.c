@@ -1158,7 +1158,6 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         }
         uint64_t tag = NODE_DOUBLING_TAG(k, 0), atag = NODE_DOUBLING_TAG(k, 1);
         rc = oobx__ep_irecv(&c->v, back, OOBX_MSG_COLL, tag, in, cap, &r[0]);
-        if (rc == 0) rc = oobx__ep_irecv(&c->v, fwd, OOBX_MSG_COLL, atag, ans_in, acap, &r[1]);
         if (rc == 0) {
             out[k] = malloc(8 + held_len);
             if (!out[k]) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
@@ -1196,23 +1195,28 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
             break;
         }
         rc = doubling_take(t, in + 8, r[0].received - 8, back, seen, held, &held_len, &nheld);
-        /* the answer: this step's partner, the sender's partner one step on */
-        if (rc == 0) rc = doubling_reach(c, t->node, known, back);
-        if (rc == 0) {
+        /* the answer: this step's partner, the sender's partner one step on.
+         * Every leader holds the blocks of the 2^(k+1) leaders up to itself
+         * after step k: all complete at the same step, and then neither
+         * side needs an answer (one round trip less at the end). */
+        int last = rc == 0 && card_complete(t);
+        if (rc == 0 && !last) rc = doubling_reach(c, t->node, known, back);
+        if (rc == 0 && !last) {
             ans_out[k] = malloc(8 + fwd_len);
             if (!ans_out[k]) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
         }
-        if (rc == 0) {
+        if (rc == 0 && !last) {
             oobx__put_u32(ans_out[k], (uint32_t)fwd);
             oobx__put_u32(ans_out[k] + 4, (uint32_t)fwd_len);
             memcpy(ans_out[k] + 8, fwd_card, fwd_len);
             rc = oobx__ep_isend(&c->v, back, OOBX_MSG_COLL, atag, ans_out[k], 8 + fwd_len, &s[ns]);
             if (rc == 0) sent_to[ns] = back, pending[ns] = &s[ns], ns++;
         }
-        if (rc != 0) break;
+        if (rc != 0 || last) break;
         back = next_back;
-        /* the partner's answer (waited for after the last step too: nothing is left in flight) */
-        if (!r[1].done) rc = oobx__ep_wait(&c->v, recv_done, &r[1], deadline);
+        /* the partner's answer */
+        rc = oobx__ep_irecv(&c->v, fwd, OOBX_MSG_COLL, atag, ans_in, acap, &r[1]);
+        if (rc == 0 && !r[1].done) rc = oobx__ep_wait(&c->v, recv_done, &r[1], deadline);
         who[0] = '\0';
         if (rc != 0) {
             rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' card "
@@ -1234,7 +1238,7 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         fwd = (int)nf;
         fwd_len = nl;
         memcpy(fwd_card, ans_in + 8, nl);
-        if (!known[fwd] && fwd != rank && !card_complete(t)) {
+        if (!known[fwd] && fwd != rank) {
             rc = c->v.ep->ops->set_peer(c->v.ep->tp, fwd, fwd_card + CARD_HDR, fwd_len - CARD_HDR);
             if (rc != 0)
                 rc = oobx__fail(&c->log, rc, "rank %d: the card of leader %d does not parse: %s", rank, fwd,
