@@ -19,14 +19,18 @@
  * --table takes the cards with oobx_allgather_table instead: the host's
  * shared table, checked where it lies, no copy into each rank.
  *
- * cross_s (hosts > 1, node-aware): the last leader's end of init minus
- * the moment the last host was ready (its leader held every card of its
- * ranks). A rank's "exchange" phase also holds its wait for the slowest
- * host; cross_s is the cross-host work left once every host is ready: the
- * leaders' trade and their check of the cards. The host's ranks taking the
- * result after it is local work (in "cards" and "total"). Both instants
- * count from the rank's own start of init, which on a host with fewer
- * cores than ranks can be well after the common instant.
+ * cross_s (hosts > 1, node-aware): the end of the last leader's trade
+ * (oobx_init_timings_t.trade: the trade and its check of the cards, up to
+ * waking its host's ranks) minus the moment the last host was ready (its
+ * leader held every card of its ranks). A rank's "exchange" phase also
+ * holds its wait for the slowest host; cross_s is the cross-host work left
+ * once every host is ready. The host's ranks taking the result after it is
+ * local work (in "cards" and "total"). All instants count from the rank's
+ * own start of init, which on a host with fewer cores than ranks can be
+ * well after the common instant. cross_init_s (what cross_s was before
+ * 2026-12-06's fifth session): to the last leader's end of init instead,
+ * after it woke its host's ranks, which on such a host waits for the CPU
+ * those ranks take.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -44,12 +48,12 @@
 
 enum {
     F_START, F_END, F_TOTAL, F_CREATE, F_DELAY, F_ROOT, F_LOCAL, F_EXCHANGE, F_CARDS, F_FDS, F_RSS, F_CPU,
-    F_CPU_INIT, F_CPU_AG, F_CPU_CHECK, F_USER, F_SYS, F_VCSW, F_IVCSW, F_MINFLT, F_READY, F_LEAD_END, F_COUNT
+    F_CPU_INIT, F_CPU_AG, F_CPU_CHECK, F_USER, F_SYS, F_VCSW, F_IVCSW, F_MINFLT, F_READY, F_LEAD_END, F_TRADE_END, F_COUNT
 };
 static const char *const names[F_COUNT] = {"start", "end",  "total", "create",   "delay", "root",
                                            "local", "exchange", "cards", "fds", "rss", "cpu",
                                            "cpu_init", "cpu_ag", "cpu_check", "user", "sys", "vcsw", "ivcsw", "minflt",
-                                           "host_ready", "leader_end"};
+                                           "host_ready", "leader_end", "trade_end"};
 
 /* what getrusage says of this process, as doubles: user s, system s, voluntary
  * and involuntary context switches, minor faults */
@@ -226,6 +230,7 @@ int main(int argc, char **argv)
     double init_begin = init_at - t0;
     mine[F_READY] = t.leader ? init_begin + t.create + t.delay + t.root + t.local : -1;
     mine[F_LEAD_END] = t.leader ? init_begin + t.total : -1;
+    mine[F_TRADE_END] = t.leader ? mine[F_READY] + t.trade : -1;
     /* rank 0 alone reads them: one table a host, not a copy a rank (at
      * 10,240 ranks a copy a rank would be 1.8 MB each) */
     const void *tbl = NULL;
@@ -244,9 +249,15 @@ int main(int argc, char **argv)
             }
         /* the cross-host part on the critical path: from the moment the last
          * host was ready (its leader had every card of its ranks) to the end
-         * of the last leader's init; what waiting for the slowest host costs
-         * the others is not in it, nor each host's ranks taking the result */
-        double cross = mx[F_READY] >= 0 && t.hosts > 1 ? mx[F_LEAD_END] - mx[F_READY] : 0;
+         * of the last leader's trade (its check of the cards included); what
+         * waiting for the slowest host costs the others is not in it, nor
+         * each host's ranks taking the result. cross_init_s (cross_s before
+         * 2026-12-06's fifth session) runs to the end of the last leader's
+         * init instead, after it woke its host's ranks: on a machine with
+         * fewer cores than ranks that holds the wait for CPU those ranks
+         * take */
+        double cross = mx[F_READY] >= 0 && t.hosts > 1 ? mx[F_TRADE_END] - mx[F_READY] : 0;
+        double cross_init = mx[F_READY] >= 0 && t.hosts > 1 ? mx[F_LEAD_END] - mx[F_READY] : 0;
         const char *roots = getenv("OOBX_COMM_ID");
         int nroots = 1;
         for (const char *p = roots ? roots : ""; *p; p++) nroots += *p == ',';
@@ -260,10 +271,10 @@ int main(int argc, char **argv)
         printf(", \"fds_max\": %d, \"fds_mean\": %.1f, \"rss_max_mib\": %.2f, \"rss_mean_mib\": %.2f, "
                "\"cpu_max_ms\": %.3f, \"cpu_mean_ms\": %.3f, \"cpu_init_mean_ms\": %.3f, \"cpu_allgather_mean_ms\": %.3f, \"cpu_check_mean_ms\": %.3f, \"cpu_user_mean_ms\": %.3f, "
                "\"cpu_sys_mean_ms\": %.3f, \"vcsw_mean\": %.1f, \"ivcsw_mean\": %.1f, \"minflt_mean\": %.1f, "
-               "\"cross_s\": %.6f}\n",
+               "\"cross_s\": %.6f, \"cross_init_s\": %.6f}\n",
                (int)mx[F_FDS], sum[F_FDS] / n, mx[F_RSS], sum[F_RSS] / n, mx[F_CPU] * 1e3, sum[F_CPU] / n * 1e3,
                sum[F_CPU_INIT] / n * 1e3, sum[F_CPU_AG] / n * 1e3, sum[F_CPU_CHECK] / n * 1e3, sum[F_USER] / n * 1e3, sum[F_SYS] / n * 1e3, sum[F_VCSW] / n,
-               sum[F_IVCSW] / n, sum[F_MINFLT] / n, cross);
+               sum[F_IVCSW] / n, sum[F_MINFLT] / n, cross, cross_init);
         fflush(stdout);
         FILE *f = dump ? fopen(dump, "w") : NULL;
         if (dump && !f) fprintf(stderr, "oobx-boot: cannot write %s\n", dump);

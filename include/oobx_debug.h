@@ -29,6 +29,8 @@ typedef struct oobx_init_timings {
     int hosts;        /* hosts the communicator spans */
     int local_ranks;  /* ranks on this rank's host */
     int leader;       /* 1: this rank led its host in the leaders' exchange (node-aware path; since 1.2) */
+    double trade;     /* of allgather, a leader's: the trade with the other hosts' leaders and its check of
+                       * the cards, from its host's last card to waking its ranks (0: not a leader; since 1.2) */
 } oobx_init_timings_t;
 
 #define OOBX_INIT_TIMINGS_INIT {.struct_size = sizeof(oobx_init_timings_t)}

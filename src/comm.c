@@ -1676,7 +1676,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     uint64_t t_end = oobx__now_ns();
     c->timings.local = t_local ? (t_local - t_root) / 1e9 : 0;
     c->timings.allgather = (t_end - t_root) / 1e9;
-    (void)t_trade;
+    c->timings.trade = leader && t_local ? (t_trade - t_local) / 1e9 : 0;
     return rc;
 }
 
