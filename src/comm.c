@@ -1116,6 +1116,19 @@ static int doubling_take(card_trade_t *t, const unsigned char *m, size_t got, in
     return 0;
 }
 
+/* Waits for a receive of step k from leader peer ("cards from", "the answer of"). */
+static int doubling_wait(struct oobx_comm *c, oobx_rreq_t *q, int peer, int k, const char *what, uint64_t deadline)
+{
+    int rc = q->done ? 0 : oobx__ep_wait(&c->v, recv_done, q, deadline);
+    char who[160] = "";
+    if (rc != 0)
+        return oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' card trade: "
+                                              "waiting for %s %s",
+                                   c->v.rank, k + 1, what, who_is(c, peer, who, sizeof(who)));
+    if (q->status) return leader_peer_fail(c, q->status, peer, "step %d of the leaders' card trade, %s", k + 1, what);
+    return 0;
+}
+
 static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned char *own, size_t own_len)
 {
     struct oobx_comm *c = t->c;
@@ -1146,7 +1159,6 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
     int fwd = pl->place.next_leader, back = t->prev;
     known[fwd] = 1; /* leader_trade told the transport */
     uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
-    char who[160];
     int ns = 0, k = 0;
     for (; rc == 0 && !card_complete(t); k++) {
         if (k == MAX_STEPS || fwd == rank || back == rank) {
@@ -1171,18 +1183,8 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         }
         if (rc != 0) break;
         /* the step's blocks */
-        if (!r[0].done) rc = oobx__ep_wait(&c->v, recv_done, &r[0], deadline);
-        who[0] = '\0';
-        if (rc != 0) {
-            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' card "
-                                                "trade: waiting for cards from %s",
-                                     rank, k + 1, who_is(c, back, who, sizeof(who)));
-            break;
-        }
-        if (r[0].status) {
-            rc = leader_peer_fail(c, r[0].status, back, "step %d of the leaders' card trade, from", k + 1);
-            break;
-        }
+        rc = doubling_wait(c, &r[0], back, k, "cards from", deadline);
+        if (rc != 0) break;
         if (r[0].received < 8) {
             rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d, leader of its host's ranks: a card message of %zu "
                             "bytes from leader %d", rank, r[0].received, back);
@@ -1216,18 +1218,8 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         back = next_back;
         /* the partner's answer */
         rc = oobx__ep_irecv(&c->v, fwd, OOBX_MSG_COLL, atag, ans_in, acap, &r[1]);
-        if (rc == 0 && !r[1].done) rc = oobx__ep_wait(&c->v, recv_done, &r[1], deadline);
-        who[0] = '\0';
-        if (rc != 0) {
-            rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' card "
-                                                "trade: waiting for the answer of %s",
-                                     rank, k + 1, who_is(c, fwd, who, sizeof(who)));
-            break;
-        }
-        if (r[1].status) {
-            rc = leader_peer_fail(c, r[1].status, fwd, "step %d of the leaders' card trade, the answer of", k + 1);
-            break;
-        }
+        if (rc == 0) rc = doubling_wait(c, &r[1], fwd, k, "the answer of", deadline);
+        if (rc != 0) break;
         uint32_t nf = r[1].received >= 8 ? oobx__get_u32(ans_in) : UINT32_MAX;
         uint32_t nl = r[1].received >= 8 ? oobx__get_u32(ans_in + 4) : 0;
         if (nf >= (uint32_t)nranks || nl <= CARD_HDR || nl > CARD_HDR + OOBX_ADDR_MAX || 8 + (size_t)nl != r[1].received) {
