@@ -1,3 +1,6 @@
+# On the GPU host (one device call): UCX over tcp and shared memory, ring against doubling, and
+# first contact to new peers. Before: bash ../shared/device/bundle.sh build; cc -O2 -Iinclude
+# docs/perf/scale/new-peers.c -Lbuild/lib -loobx -o .dev/new-peers; then: bash .dev/ucx-batch.sh (a copy)
 source .dev/env.sh; ulimit -n 20000; export OOBX_MODULE_DIR=$PWD/.dev/lib/oobx
 echo "# $(date -u +%FT%TZ) $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "== init's trade over UCX, one rank a host (UCX_TLS N exchange boot_s cross_s)"
