@@ -817,6 +817,36 @@ static int card_reach_prev(void *arg, int *ready)
 
 static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned char *own, size_t own_len);
 
+/* The ranks whose cards the table lacks, as "rank 5" or "rank 8 to rank 15"
+ * runs (at most four, then how many more): what a failed trade names, since
+ * a leader that waits cannot tell a stopped neighbour from one that waits
+ * too. Returns how many ranks lack a card. */
+static int missing_cards(const oobx__node_t *node, int nranks, char *buf, size_t len)
+{
+    int missing = 0, runs = 0;
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < nranks;) {
+        size_t l;
+        if (oobx__node_card(node, r, &l)) {
+            r++;
+            continue;
+        }
+        int e = r;
+        while (e + 1 < nranks && !oobx__node_card(node, e + 1, &l)) e++;
+        missing += e - r + 1;
+        if (runs < 4 && o < len) {
+            int w = e > r ? snprintf(buf + o, len - o, "%srank %d to rank %d", runs ? ", " : "", r, e)
+                          : snprintf(buf + o, len - o, "%srank %d", runs ? ", " : "", r);
+            o += w > 0 ? (size_t)w : 0;
+        }
+        runs++;
+        r = e + 1;
+    }
+    if (runs > 4 && o < len) snprintf(buf + o, len - o, " and %d more runs", runs - 4);
+    return missing;
+}
+
 /* The card trade among the leaders; *leaders (malloc'ed, by rank, this
  * leader among them) and *nleaders: every host's leader, for the exchanges
  * of later allgathers. */
@@ -865,6 +895,13 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
                             .what = "cards", .unpack = card_unpack, .complete = card_complete,
                             .reach_prev = card_reach_prev, .arg = &t};
         rc = leader_ring_run(c, &lr);
+    }
+    char miss[256];
+    if (rc != 0 && missing_cards(node, nranks, miss, sizeof(miss)) > 0) {
+        char text[1536];
+        snprintf(text, sizeof(text), "%s; the cards of %s never came to this leader", oobx_last_error(), miss);
+        oobx__set_last_error("%s", text);
+        OOBX_WARN(&c->log, "rank %d, leader of its host's ranks: the cards of %s never came", rank, miss);
     }
     if (rc == 0 && t.nleaders < nranks) t.leaders[t.nleaders++] = rank;
     if (rc == 0) qsort(t.leaders, (size_t)t.nleaders, sizeof(int), oobx__int_cmp);
