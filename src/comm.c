@@ -743,6 +743,21 @@ typedef struct card_trade {
     int nleaders;
 } card_trade_t;
 
+/* The length of the card block at m (at most avail bytes), 0 when it does not parse. */
+static size_t card_block_len(const unsigned char *m, size_t avail)
+{
+    if (avail < 16) return 0;
+    uint32_t count = oobx__get_u32(m + 4);
+    size_t q = 16;
+    for (uint32_t k = 0; k < count; k++) {
+        if (q + 8 > avail) return 0;
+        uint32_t len = oobx__get_u32(m + q + 4);
+        if (len <= CARD_HDR || len > CARD_HDR + OOBX_ADDR_MAX || q + 8 + len > avail) return 0;
+        q += 8 + (size_t)len;
+    }
+    return q;
+}
+
 static int card_unpack(void *arg, const unsigned char *m, size_t got, int from, int *origin)
 {
     card_trade_t *t = arg;
@@ -750,17 +765,8 @@ static int card_unpack(void *arg, const unsigned char *m, size_t got, int from, 
     int nranks = c->v.nranks;
     uint32_t o = got >= 16 ? oobx__get_u32(m) : 0, count = got >= 16 ? oobx__get_u32(m + 4) : 0;
     uint64_t buf = got >= 16 ? oobx__get_u64(m + 8) : 0;
-    size_t q = 16;
     int bad = got < 16 || o >= (uint32_t)nranks || count == 0 || count > (uint32_t)nranks;
-    for (uint32_t k = 0; !bad && k < count; k++) {
-        if (q + 8 > got) {
-            bad = 1;
-            break;
-        }
-        uint32_t len = oobx__get_u32(m + q + 4);
-        if (len <= CARD_HDR || len > CARD_HDR + OOBX_ADDR_MAX || q + 8 + len > got) bad = 1;
-        q += 8 + (size_t)len;
-    }
+    size_t q = bad ? 0 : card_block_len(m, got);
     if (bad || q != got)
         return oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d: a malformed card message of %zu bytes from leader %d",
                           c->v.rank, got, from);
@@ -1061,21 +1067,6 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
 /* Tags: the leaders' group, steps 34 (blocks) and 35 (answers), the step
  * number in the root field (the rings use steps 32 and 33, Bruck 4-31). */
 #define NODE_DOUBLING_TAG(k, answer) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 34u + (answer), 0, 0, (int)(k))
-
-/* The length of the card block at m (at most avail bytes), 0 when it does not parse. */
-static size_t card_block_len(const unsigned char *m, size_t avail)
-{
-    if (avail < 16) return 0;
-    uint32_t count = oobx__get_u32(m + 4);
-    size_t q = 16;
-    for (uint32_t k = 0; k < count; k++) {
-        if (q + 8 > avail) return 0;
-        uint32_t len = oobx__get_u32(m + q + 4);
-        if (len > CARD_HDR + OOBX_ADDR_MAX || q + 8 + len > avail) return 0;
-        q += 8 + (size_t)len;
-    }
-    return q;
-}
 
 /* A block whose origin leader is held already: its cards must be the ones
  * held. */
