@@ -1106,14 +1106,16 @@ static int doubling_reach(struct oobx_comm *c, oobx__node_t *node, unsigned char
     return 0;
 }
 
-/* Takes the blocks of a step message (after its 8 bytes): new ones into the
- * table and onto held, ones held already checked. */
-static int doubling_take(card_trade_t *t, const unsigned char *m, size_t got, int from, unsigned char *seen,
+/* Takes the blocks of a step message (msg, len >= 8 bytes; its blocks after
+ * the two words): new ones into the table and onto held, ones held already
+ * checked. */
+static int doubling_take(card_trade_t *t, const unsigned char *msg, size_t len, int from, unsigned char *seen,
                          unsigned char *held, size_t *held_len, uint32_t *nheld)
 {
     struct oobx_comm *c = t->c;
-    uint32_t nblocks = oobx__get_u32(m - 4);
-    size_t q = 0;
+    uint32_t nblocks = oobx__get_u32(msg + 4);
+    const unsigned char *m = msg + 8;
+    size_t got = len - 8, q = 0;
     for (uint32_t b = 0; b < nblocks; b++) {
         size_t bl = card_block_len(m + q, got - q);
         uint32_t o = bl ? oobx__get_u32(m + q) : 0;
@@ -1224,7 +1226,7 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
                             "(job of %d)", rank, back, next_back, nranks);
             break;
         }
-        rc = doubling_take(t, in + 8, r[0].received - 8, back, seen, held, &held_len, &nheld);
+        rc = doubling_take(t, in, r[0].received, back, seen, held, &held_len, &nheld);
         /* the answer: this step's partner, the sender's partner one step on.
          * Every leader holds the blocks of the 2^(k+1) leaders up to itself
          * after step k: all complete at the same step, and then neither
