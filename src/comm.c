@@ -121,12 +121,14 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
     const oobx__tp_entry_t *tab = oobx__tp_table(&ntab);
     const oobx__tp_entry_t *order[8];
     int n = 0;
-    char note[160] = " (OOBX_TRANSPORT=auto)";
+    char note[440] = " (OOBX_TRANSPORT=auto)";
     if (!strcmp(want, "auto")) {
         for (int i = 0; i < ntab && n < (int)OOBX_ARRAY_SIZE(order); i++)
             if (tab[i].auto_order > 0) order[n++] = &tab[i];
         qsort(order, (size_t)n, sizeof(order[0]), auto_cmp);
-        if (oobx__tp_auto_socket_first(c->v.nranks, c->settings.local_size)) {
+        char rule[400];
+        if (oobx__tp_auto_socket_rule(c->v.nranks, c->settings.local_size, c->settings.rdma_sysfs, rule,
+                                      sizeof(rule))) {
             /* the socket first, the others after it in their order */
             for (int i = 0; i < n; i++)
                 if (order[i]->builtin) {
@@ -135,8 +137,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
                     order[0] = s;
                     break;
                 }
-            snprintf(note, sizeof(note), " (OOBX_TRANSPORT=auto: the launcher puts all %d ranks on this host)",
-                     c->v.nranks);
+            snprintf(note, sizeof(note), " (OOBX_TRANSPORT=auto: %s)", rule);
         }
     } else {
         order[n] = oobx__tp_find(want);

@@ -1,6 +1,8 @@
 /* The transport table, the module loader and the services the core hands
  * to modules. */
+#include <dirent.h>
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +40,54 @@ const oobx__tp_entry_t *oobx__tp_by_id(uint32_t id)
 int oobx__tp_auto_socket_first(int nranks, int local_size)
 {
     return nranks >= 1 && local_size == nranks;
+}
+
+int oobx__tp_rdma_active(const char *dir, char *names, size_t len)
+{
+    if (names && len) names[0] = '\0';
+    DIR *d = dir && dir[0] ? opendir(dir) : NULL;
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char ports[1024];
+        snprintf(ports, sizeof(ports), "%s/%s/ports", dir, e->d_name);
+        DIR *pd = opendir(ports);
+        if (!pd) continue;
+        int active = 0;
+        struct dirent *p;
+        while (!active && (p = readdir(pd))) {
+            if (p->d_name[0] == '.') continue;
+            char path[1400], state[64] = "";
+            snprintf(path, sizeof(path), "%s/%s/state", ports, p->d_name);
+            if (oobx__read_small_file(path, state, sizeof(state)) <= 0) continue;
+            int code = atoi(state); /* "4: ACTIVE" */
+            active = code == 4 || code == 5;
+        }
+        closedir(pd);
+        if (!active) continue;
+        if (names && len) {
+            size_t o = strlen(names);
+            if (o + 1 < len) snprintf(names + o, len - o, "%s%s", o ? ", " : "", e->d_name);
+        }
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+int oobx__tp_auto_socket_rule(int nranks, int local_size, const char *rdma_dir, char *why, size_t len)
+{
+    if (oobx__tp_auto_socket_first(nranks, local_size)) {
+        snprintf(why, len, "the launcher puts all %d ranks on this host", nranks);
+        return 1;
+    }
+    if (oobx__tp_rdma_active(rdma_dir, NULL, 0) == 0) {
+        snprintf(why, len, "no RDMA device with an active port in %s: between hosts UCX would run over TCP", rdma_dir);
+        return 1;
+    }
+    return 0;
 }
 
 int oobx__tp_auto_order(const oobx__tp_entry_t **order, int max)

@@ -42,6 +42,24 @@ int oobx__tp_auto_order(const oobx__tp_entry_t **order, int max);
  * host, one launcher. */
 int oobx__tp_auto_socket_first(int nranks, int local_size);
 
+/* The RDMA devices (InfiniBand, RoCE, iWARP, soft RoCE) under dir, a sysfs
+ * class directory (/sys/class/infiniband): how many have a port whose state
+ * is ACTIVE (4) or ACTIVE_DEFER (5); names gets their names, comma-separated
+ * (may be NULL). 0 when dir is absent or unreadable. */
+int oobx__tp_rdma_active(const char *dir, char *names, size_t len);
+
+/* OOBX_TRANSPORT=auto's rules before its order, for a job of nranks of which
+ * the launcher puts local_size on this host (-1: unknown): 1 when it takes
+ * the socket transport first, with why (a phrase) filled; 0 when it keeps
+ * the order (UCX first). Socket first when the whole job is on this host
+ * (oobx__tp_auto_socket_first), and when this host has no active RDMA
+ * device under rdma_dir: between hosts UCX would then run over TCP, where
+ * its set-up makes init slower and oobx's own sockets are as fast or faster
+ * for p2p and for most collectives (docs/perf/auto/). The ranks of one job
+ * agree when its hosts are alike; hosts that differ (RDMA on some only)
+ * choose differently and init fails naming both transports. */
+int oobx__tp_auto_socket_rule(int nranks, int local_size, const char *rdma_dir, char *why, size_t len);
+
 /* The module directory in effect for s: OOBX_MODULE_DIR, else the one fixed
  * when the library was built (the build tree) or installed ($(LIBDIR)/oobx). */
 const char *oobx__tp_module_dir(const oobx_settings_t *s);

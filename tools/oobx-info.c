@@ -63,23 +63,37 @@ static void tp_check(const char *name, const oobx_settings_t *s, tp_state_t *st)
     if (oobx__tp_probe(name, s, st->why, sizeof st->why) == OOBX_SUCCESS) st->usable = 1;
 }
 
-/* OOBX_TRANSPORT=auto: the transport it would take here and why. Auto tries
- * the table's auto order (oobx__tp_auto_order, as init does) and takes the
- * first that loads and creates an instance; tp_check made a one-rank one. */
-static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state_t *st)
+/* OOBX_TRANSPORT=auto: the transport it would take here and why. Without
+ * an active RDMA device, socket first (oobx__tp_auto_socket_rule); with one,
+ * auto tries the table's auto order (oobx__tp_auto_order, as init does) and
+ * takes the first that loads and creates an instance; tp_check made a
+ * one-rank one. */
+static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state_t *st, const oobx_settings_t *s)
 {
     const oobx__tp_entry_t *order[8];
     int norder = oobx__tp_auto_order(order, (int)(sizeof order / sizeof order[0]));
-    const oobx__tp_entry_t *pick = NULL;
-    char names[128] = "";
+    const oobx__tp_entry_t *pick = NULL, *sock = oobx__tp_find("socket");
+    char names[128] = "", rdma[256];
     for (int k = 0; k < norder; k++) {
         size_t o = strlen(names);
         snprintf(names + o, sizeof names - o, "%s%s", k ? ", " : "", order[k]->name);
         int i = (int)(order[k] - tab);
         if (!pick && i >= 0 && i < n && st[i].usable) pick = order[k];
     }
-    printf("  OOBX_TRANSPORT=auto would use: %s\n", pick ? pick->name : "none, jobs will fail to start");
-    printf("    why: auto tries %s in turn and takes the first that loads and starts here:\n", names);
+    int nrdma = oobx__tp_rdma_active(s->rdma_sysfs, rdma, sizeof(rdma));
+    int si = (int)(sock - tab);
+    const oobx__tp_entry_t *take = nrdma == 0 && si >= 0 && si < n && st[si].usable ? sock : pick;
+    printf("  OOBX_TRANSPORT=auto would use: %s\n", take ? take->name : "none, jobs will fail to start");
+    if (nrdma == 0)
+        printf("    why: no RDMA device with an active port in %s, so socket first: between hosts UCX\n"
+               "    would run over TCP, slower to set up and no faster than the socket transport\n"
+               "    (docs/design.md); with one, auto tries %s in turn and takes the first that\n"
+               "    loads and starts here:\n",
+               s->rdma_sysfs, names);
+    else
+        printf("    why: auto tries %s in turn and takes the first that loads and starts here\n"
+               "    (RDMA devices with an active port in %s: %s):\n",
+               names, s->rdma_sysfs, rdma);
     for (int k = 0; k < norder; k++) {
         int i = (int)(order[k] - tab);
         if (i < 0 || i >= n) continue;
@@ -89,7 +103,7 @@ static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state
         }
         printf("      %-7s not used: %s\n", order[k]->name, st[i].why[0] ? st[i].why : "no reason given");
     }
-    printf("    but a job whose launcher puts all of its ranks on this host takes socket first: there the\n"
+    printf("    and a job whose launcher puts all of its ranks on this host takes socket first: there the\n"
            "    large collectives read the peers' memory over any transport, and UCX's set-up makes init\n"
            "    slower by more than its faster small messages give back (docs/design.md)\n");
     /* Run under a launcher (srun oobx-info, oobx-run -n 64 -- oobx-info): the
@@ -106,9 +120,11 @@ static void print_auto_choice(const oobx__tp_entry_t *tab, int n, const tp_state
         return;
     }
     int ncpu = oobx__online_cpus(); /* as init counts them */
-    int first = oobx__tp_auto_socket_first(l.nranks, l.local_size);
-    printf("    this job (%s: %d ranks, %d on this host of %d CPUs): auto takes %s\n", l.name, l.nranks,
-           l.local_size, ncpu, first ? "socket first" : pick ? pick->name : "none");
+    char rule[400];
+    int first = oobx__tp_auto_socket_rule(l.nranks, l.local_size, s->rdma_sysfs, rule, sizeof(rule));
+    printf("    this job (%s: %d ranks, %d on this host of %d CPUs): auto takes %s%s%s\n", l.name, l.nranks,
+           l.local_size, ncpu, first ? "socket first" : pick ? pick->name : "none", first ? ": " : "",
+           first ? rule : "");
 }
 
 /* What a module transport says about this host (its describe op). */
@@ -136,7 +152,7 @@ static void print_transports(const oobx_settings_t *s)
             printf("  %-7s %s\n", tab[i].name, state);
     }
     if (!strcmp(s->transport, "auto")) {
-        print_auto_choice(tab, n, st);
+        print_auto_choice(tab, n, st, s);
     } else {
         int i = 0;
         while (i < n && strcmp(tab[i].name, s->transport)) i++;

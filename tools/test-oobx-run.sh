@@ -145,29 +145,67 @@ fi
 info=$build/bin/oobx-info
 bench=$build/bin/oobx-bench
 if [ -x "$info" ]; then
+    # fake sysfs trees of RDMA devices: one with an active port, one without
+    mkdir -p "$tmp/rdma/fake0/ports/1" "$tmp/rdma/down0/ports/1" "$tmp/nordma/down0/ports/1"
+    echo "4: ACTIVE" >"$tmp/rdma/fake0/ports/1/state"
+    echo "1: DOWN" >"$tmp/rdma/down0/ports/1/state"
+    echo "1: DOWN" >"$tmp/nordma/down0/ports/1/state"
     # no modules: auto passes over ucx and verbs, each with its reason, and takes socket
-    env -u OOBX_TRANSPORT OOBX_MODULE_DIR="$tmp/no-modules" "$info" >"$tmp/out" 2>"$tmp/err"
+    env -u OOBX_TRANSPORT OOBX_RDMA_SYSFS="$tmp/rdma" OOBX_MODULE_DIR="$tmp/no-modules" "$info" >"$tmp/out" 2>"$tmp/err"
     if grep -q '^  OOBX_TRANSPORT=auto would use: socket$' "$tmp/out" &&
         grep -q '^    why: auto tries ucx, verbs, socket in turn' "$tmp/out" &&
         grep -Eq '^      ucx +not used: module .*liboobx-ucx\.so does not load' "$tmp/out" &&
         grep -Eq '^      socket +starts' "$tmp/out"; then ok "oobx-info: what auto would take, and why"
     else bad "oobx-info: what auto would take, and why"; fi
-    env -u OOBX_TRANSPORT "$info" >"$tmp/out" 2>"$tmp/err"
+    env -u OOBX_TRANSPORT OOBX_RDMA_SYSFS="$tmp/rdma" "$info" >"$tmp/out" 2>"$tmp/err"
     if grep -Eq '^  OOBX_TRANSPORT=auto would use: (ucx|verbs|socket)$' "$tmp/out" &&
+        grep -q "^    (RDMA devices with an active port in $tmp/rdma: fake0):" "$tmp/out" &&
         grep -Eq '^      (ucx|verbs|socket) +starts' "$tmp/out"; then ok "oobx-info: auto's choice with the built modules"
     else bad "oobx-info: auto's choice with the built modules"; fi
+    # no active RDMA device: socket, whatever loads
+    env -u OOBX_TRANSPORT OOBX_RDMA_SYSFS="$tmp/nordma" "$info" >"$tmp/out" 2>"$tmp/err"
+    if grep -q '^  OOBX_TRANSPORT=auto would use: socket$' "$tmp/out" &&
+        grep -q "^    why: no RDMA device with an active port in $tmp/nordma, so socket first" "$tmp/out"
+    then ok "oobx-info: auto without an RDMA device takes socket"
+    else bad "oobx-info: auto without an RDMA device takes socket"; fi
     # under a launcher: the whole job on this host takes socket first, with
     # more ranks than CPUs or as many; a job over two hosts keeps the order
+    # where an RDMA device has an active port (the tree above), and takes
+    # socket first where none has
     ncpu=$(getconf _NPROCESSORS_ONLN)
+    one="auto takes socket first: the launcher puts all"
     env -u OOBX_TRANSPORT "$run" -n $((ncpu + 1)) -- "$info" >"$tmp/out" 2>"$tmp/err"
-    if [ "$(grep -c "^\[[0-9]*\]     this job (oobx-run: $((ncpu + 1)) ranks, $((ncpu + 1)) on this host of $ncpu CPUs): auto takes socket first$" "$tmp/out")" -eq $((ncpu + 1)) ] &&
+    if [ "$(grep -c "^\[[0-9]*\]     this job (oobx-run: $((ncpu + 1)) ranks, $((ncpu + 1)) on this host of $ncpu CPUs): $one $((ncpu + 1)) ranks on this host$" "$tmp/out")" -eq $((ncpu + 1)) ] &&
         env -u OOBX_TRANSPORT "$run" -n "$ncpu" -- "$info" >"$tmp/out" 2>"$tmp/err" &&
-        [ "$(grep -c "^\[[0-9]*\]     this job (oobx-run: $ncpu ranks, $ncpu on this host of $ncpu CPUs): auto takes socket first$" "$tmp/out")" -eq "$ncpu" ] &&
-        env -u OOBX_TRANSPORT RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT=29500 "$info" >"$tmp/out" 2>"$tmp/err" &&
+        [ "$(grep -c "^\[[0-9]*\]     this job (oobx-run: $ncpu ranks, $ncpu on this host of $ncpu CPUs): $one $ncpu ranks on this host$" "$tmp/out")" -eq "$ncpu" ] &&
+        env -u OOBX_TRANSPORT OOBX_RDMA_SYSFS="$tmp/rdma" RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 \
+            MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$info" >"$tmp/out" 2>"$tmp/err" &&
+        grep -q "^    (RDMA devices with an active port in $tmp/rdma: fake0):$" "$tmp/out" &&
         grep -q "^    this job (torchrun: 4 ranks, 2 on this host of $ncpu CPUs): auto takes [a-z]*$" "$tmp/out" &&
-        ! grep -q "auto takes socket first" "$tmp/out"; then ok "oobx-info under a launcher: auto's choice for the job's shape"
+        ! grep -q "auto takes socket first" "$tmp/out" &&
+        env -u OOBX_TRANSPORT OOBX_RDMA_SYSFS="$tmp/nordma" RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 \
+            MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$info" >"$tmp/out" 2>"$tmp/err" &&
+        grep -q "^    this job (torchrun: 4 ranks, 2 on this host of $ncpu CPUs): auto takes socket first: no RDMA device with an active port in $tmp/nordma: between hosts UCX would run over TCP$" "$tmp/out"
+    then ok "oobx-info under a launcher: auto's choice for the job's shape"
     else bad "oobx-info under a launcher: auto's choice for the job's shape"; fi
+    # init itself: ranks that the launcher places two a host (as srun would)
+    # take socket first without an active RDMA device and say so; with one
+    # they keep the order (ucx when its module loads)
+    two_hosts='OOBX_LOCAL_SIZE=2 OOBX_LOCAL_RANK=$((OOBX_RANK % 2)) OOBX_HOST_ID=h$((OOBX_RANK / 2)) exec '"$hello"
+    if [ -x "$hello" ]; then
+        env -u OOBX_TRANSPORT OOBX_LOG_LEVEL=info OOBX_RDMA_SYSFS="$tmp/nordma" "$run" -n 4 -- sh -c "$two_hosts" >"$tmp/out" 2>"$tmp/err"
+        st=$?
+        if [ "$st" -eq 0 ] && [ "$(grep -c "transport socket (OOBX_TRANSPORT=auto: no RDMA device with an active port in $tmp/nordma: between hosts UCX would run over TCP)" "$tmp/err")" -eq 4 ]; then
+            ok "auto over two hosts without RDMA: socket, and why"
+        else echo "     exit status $st"; bad "auto over two hosts without RDMA: socket, and why"; fi
+        if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
+            env -u OOBX_TRANSPORT OOBX_LOG_LEVEL=info OOBX_RDMA_SYSFS="$tmp/rdma" UCX_TLS=tcp "$run" -n 4 -- sh -c "$two_hosts" >"$tmp/out" 2>"$tmp/err"
+            st=$?
+            if [ "$st" -eq 0 ] && [ "$(grep -c "transport ucx (OOBX_TRANSPORT=auto)$" "$tmp/err")" -eq 4 ] && ! grep -q "transport socket" "$tmp/err"; then
+                ok "auto over two hosts with an active RDMA device: ucx"
+            else echo "     exit status $st"; bad "auto over two hosts with an active RDMA device: ucx"; fi
+        else skipped "auto over two hosts with an active RDMA device: the UCX module is not built"; fi
+    else skipped "auto over two hosts: $hello is not built"; fi
     # -c lists the launcher settings with the others, values from the environment
     OOBX_LAUNCHER=slurm OOBX_RUN_KEY=k "$info" -c >"$tmp/out" 2>"$tmp/err"
     if grep -q '^OOBX_LAUNCHER=slurm    # set in the environment$' "$tmp/out" &&

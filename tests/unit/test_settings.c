@@ -202,6 +202,56 @@ static void test_auto_socket_first(void **state)
     assert_false(oobx__tp_auto_socket_first(0, 0));
 }
 
+static void put_file(const char *dir, const char *rel, const char *text)
+{
+    char path[512], cmd[700];
+    snprintf(path, sizeof(path), "%s/%s", dir, rel);
+    snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The RDMA rule: a device counts when one of its ports is ACTIVE (4) or
+ * ACTIVE_DEFER (5); without one, a job over several hosts takes the socket
+ * first, and the reason names the directory. */
+static void test_auto_rdma_rule(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/oobx-rdma-XXXXXX", names[64], why[400];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(oobx__tp_rdma_active(dir, names, sizeof(names)), 0); /* empty */
+    assert_string_equal(names, "");
+    assert_int_equal(oobx__tp_rdma_active("/nonexistent/oobx", names, sizeof(names)), 0);
+    put_file(dir, "mlx5_0/ports/1/state", "1: DOWN\n");
+    put_file(dir, "mlx5_0/ports/2/state", "2: INIT\n");
+    put_file(dir, "noports/node_type", "1: CA\n"); /* no ports directory */
+    put_file(dir, "garbage/ports/1/state", "ACTIVE but no number\n");
+    assert_int_equal(oobx__tp_rdma_active(dir, names, sizeof(names)), 0);
+    assert_int_equal(oobx__tp_auto_socket_rule(64, 32, dir, why, sizeof(why)), 1);
+    assert_non_null(strstr(why, "no RDMA device with an active port in "));
+    assert_non_null(strstr(why, dir));
+    assert_int_equal(oobx__tp_auto_socket_rule(64, -1, dir, why, sizeof(why)), 1); /* no launcher word: the same */
+    put_file(dir, "rxe0/ports/1/state", "4: ACTIVE\n");
+    assert_int_equal(oobx__tp_rdma_active(dir, names, sizeof(names)), 1);
+    assert_string_equal(names, "rxe0");
+    put_file(dir, "mlx5_0/ports/2/state", "5: ACTIVE_DEFER\n");
+    assert_int_equal(oobx__tp_rdma_active(dir, names, sizeof(names)), 2);
+    assert_non_null(strstr(names, "mlx5_0"));
+    assert_non_null(strstr(names, "rxe0"));
+    assert_int_equal(oobx__tp_rdma_active(dir, names, 4), 2); /* names cut short, the count whole */
+    assert_true(strlen(names) < 4);
+    assert_int_equal(oobx__tp_auto_socket_rule(64, 32, dir, why, sizeof(why)), 0); /* two hosts, RDMA: the order */
+    assert_int_equal(oobx__tp_auto_socket_rule(64, -1, dir, why, sizeof(why)), 0);
+    assert_int_equal(oobx__tp_auto_socket_rule(64, 64, dir, why, sizeof(why)), 1); /* one host wins */
+    assert_string_equal(why, "the launcher puts all 64 ranks on this host");
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_hash_random),
         cmocka_unit_test(test_ratelimit),
         cmocka_unit_test(test_auto_socket_first),
+        cmocka_unit_test(test_auto_rdma_rule),
     };
     return cmocka_run_group_tests_name("settings", tests, NULL, NULL);
 }
