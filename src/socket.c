@@ -146,6 +146,15 @@ typedef struct sk_tp {
      * wake-up. */
     struct sk_conn *hot;
     unsigned hot_turn;
+    /* Messages in a row that came on the hot connection (epoll's or the hot
+     * read's): the hot read is worth its system calls only where traffic
+     * stays on one connection (a ping-pong, a ring's stream), read alone
+     * from the second message in a row. Where each message comes from
+     * another peer (the steps of a Bruck allgather or a tree), reading the
+     * last sender's connection finds nothing on three passes of four and
+     * moves it out of epoll and back every step: there epoll serves every
+     * pass. */
+    unsigned hot_streak;
     int woke;          /* the last progress() took what a sleep found: the next asks epoll */
     /* The hot connection taken out of the epoll set while the rank polls it:
      * a socket in an epoll set runs epoll's wake-up callback, two locks
@@ -1241,6 +1250,7 @@ static void handle_events(sk_tp_t *t, struct epoll_event *evs, int n)
             if (c->state == SC_READY && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
                 conn_read(t, c);
                 if (t->hot != c && t->parked) conn_unpark(t); /* only the hot one is read without epoll */
+                t->hot_streak = t->hot == c ? t->hot_streak + (t->hot_streak < 2) : 1;
                 t->hot = c;
             }
             break;
@@ -1270,7 +1280,7 @@ static int sk_progress(oobx_tp_t *tpp)
         t->nslept = 0;
         handle_events(t, t->slept, n);
         t->woke = 1;
-    } else if (!t->woke && t->hot && t->hot->state == SC_READY && (++t->hot_turn & 3)) {
+    } else if (!t->woke && t->hot && t->hot_streak >= 2 && t->hot->state == SC_READY && (++t->hot_turn & 3)) {
         /* three polling passes of four read the connection that last brought
          * data, and nothing else: one system call a pass, as in a raw
          * polling loop. Epoll's turn comes at the fourth; what it would have
