@@ -516,6 +516,10 @@ typedef struct leader_ring {
      * NULL: always. Returns an error code. */
     int (*reach_prev)(void *arg, int *ready);
     void *arg;
+    /* init's trade: the tag of the first message a previous leader trading
+     * the other way (by doubling) sends, 0 for none; seen in this leader's
+     * unexpected queue, it fails the trade naming the setting */
+    uint64_t other_tag;
 } leader_ring_t;
 
 /* The step field of a leaders' tag: the blocks going backward. */
@@ -599,6 +603,40 @@ static int ring_any_in(void *arg)
     return (r[0] && r[0]->done) || (r[1] && r[1]->done);
 }
 
+/* A wait of init's card trade that also watches for the first message of
+ * the other way of trading from the previous leader: a job whose ranks
+ * disagree on OOBX_NODE_EXCHANGE would otherwise wait out its timeout. */
+typedef struct trade_watch {
+    struct oobx_comm *c;
+    int (*done)(void *arg);
+    void *arg;
+    int peer;
+    uint64_t other_tag; /* 0: none */
+    int other;          /* set: that message is in */
+} trade_watch_t;
+
+static int trade_watch_done(void *arg)
+{
+    trade_watch_t *w = arg;
+    if (w->done(w->arg)) return 1;
+    size_t len = 0;
+    if (w->other_tag && oobx__ep_ux_peek(w->c->v.ep, w->c->v.ctx, OOBX_MSG_COLL, w->peer, w->other_tag, &len)) {
+        w->other = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static int trade_mismatch(struct oobx_comm *c, int prev, const char *theirs, const char *mine)
+{
+    char who[160];
+    oobx__ep_peer_name(&c->v, prev, who, sizeof(who));
+    return oobx__fail(&c->log, OOBX_ERR_MISMATCH,
+                      "rank %d, leader of its host's ranks: the previous leader, %s, trades init's cards %s, this "
+                      "leader %s: set OOBX_NODE_EXCHANGE the same on every rank",
+                      c->v.rank, who, theirs, mine);
+}
+
 /* A leader's part of the ring among the hosts' leaders, both ways: its
  * host's block to the next leader and to the previous one (as far as
  * leader_covers_fwd says), every block that comes passed on in its
@@ -644,7 +682,12 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
     while (rc == 0 && !lr->complete(lr->arg)) {
         rc = ring_flush_back(&st);
         if (rc != 0) break;
-        if (!ring_any_in(posted)) rc = oobx__ep_wait(&c->v, ring_any_in, posted, deadline);
+        trade_watch_t w = {c, ring_any_in, posted, lr->prev, lr->other_tag, 0};
+        if (!ring_any_in(posted)) rc = oobx__ep_wait(&c->v, trade_watch_done, &w, deadline);
+        if (rc == 0 && w.other && !ring_any_in(posted)) {
+            rc = trade_mismatch(c, lr->prev, "by doubling (OOBX_NODE_EXCHANGE=bruck)", "by the ring (ring)");
+            break;
+        }
         if (rc != 0) {
             oobx__ep_peer_name(&c->v, lr->prev, who, sizeof(who));
             oobx__ep_peer_name(&c->v, lr->next, who2, sizeof(who2));
@@ -815,6 +858,10 @@ static int card_reach_prev(void *arg, int *ready)
 
 /* Tags of the leaders' rings: group ids no group collective has. */
 #define NODE_TRADE_TAG (0xfffffeull << 40)
+/* The doubling trade's tags (below): the leaders' group, steps 34 (blocks)
+ * and 35 (answers), the step number in the root field (the rings use steps
+ * 32 and 33, Bruck 4-31). */
+#define NODE_DOUBLING_TAG(k, answer) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 34u + (answer), 0, 0, (int)(k))
 /* Calls alternate between two steps (and LEADER_BACK adds one): a leader
  * whose direction brings nothing more in this call may still have a receive
  * posted there when its neighbour, one call ahead (no further: that call
@@ -900,7 +947,7 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
         leader_ring_t lr = {.next = next, .prev = prev, .tag = NODE_TRADE_TAG, .own = out, .own_len = own,
                             .in_cap = (size_t)(nranks - L) * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks,
                             .what = "cards", .unpack = card_unpack, .complete = card_complete,
-                            .reach_prev = card_reach_prev, .arg = &t};
+                            .reach_prev = card_reach_prev, .arg = &t, .other_tag = NODE_DOUBLING_TAG(0, 0)};
         rc = leader_ring_run(c, &lr);
     }
     char miss[256];
@@ -1065,9 +1112,6 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
  * Step message: u32 the sender's source of this step, u32 blocks, blocks.
  * Answer: u32 rank, u32 length, that rank's card. */
 
-/* Tags: the leaders' group, steps 34 (blocks) and 35 (answers), the step
- * number in the root field (the rings use steps 32 and 33, Bruck 4-31). */
-#define NODE_DOUBLING_TAG(k, answer) oobx__coll_tag(OOBX_COLL_GID_LEADERS, 34u + (answer), 0, 0, (int)(k))
 
 /* A block whose origin leader is held already: its cards must be the ones
  * held. */
@@ -1148,9 +1192,13 @@ static int doubling_take(card_trade_t *t, const unsigned char *msg, size_t len, 
 }
 
 /* Waits for a receive of step k from leader peer ("cards from", "the answer of"). */
-static int doubling_wait(struct oobx_comm *c, oobx_rreq_t *q, int peer, int k, const char *what, uint64_t deadline)
+static int doubling_wait(struct oobx_comm *c, oobx_rreq_t *q, int peer, int k, const char *what, uint64_t deadline,
+                         uint64_t other_tag)
 {
-    int rc = q->done ? 0 : oobx__ep_wait(&c->v, recv_done, q, deadline);
+    trade_watch_t w = {c, recv_done, q, peer, other_tag, 0};
+    int rc = q->done ? 0 : oobx__ep_wait(&c->v, trade_watch_done, &w, deadline);
+    if (rc == 0 && w.other && !q->done)
+        return trade_mismatch(c, peer, "by the ring (OOBX_NODE_EXCHANGE=ring)", "by doubling (bruck)");
     char who[160] = "";
     if (rc != 0)
         return oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' card trade: "
@@ -1214,7 +1262,8 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         }
         if (rc != 0) break;
         /* the step's blocks */
-        rc = doubling_wait(c, &r[0], back, k, "cards from", deadline);
+        /* at the first step, from the previous leader: a ring's first message there is the other setting */
+        rc = doubling_wait(c, &r[0], back, k, "cards from", deadline, k == 0 ? NODE_TRADE_TAG : 0);
         if (rc != 0) break;
         if (r[0].received < 8) {
             rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d, leader of its host's ranks: a card message of %zu "
@@ -1249,7 +1298,7 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         back = next_back;
         /* the partner's answer */
         rc = oobx__ep_irecv(&c->v, fwd, OOBX_MSG_COLL, atag, ans_in, acap, &r[1]);
-        if (rc == 0) rc = doubling_wait(c, &r[1], fwd, k, "the answer of", deadline);
+        if (rc == 0) rc = doubling_wait(c, &r[1], fwd, k, "the answer of", deadline, 0);
         if (rc != 0) break;
         uint32_t nf = r[1].received >= 8 ? oobx__get_u32(ans_in) : UINT32_MAX;
         uint32_t nl = r[1].received >= 8 ? oobx__get_u32(ans_in + 4) : 0;

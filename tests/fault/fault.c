@@ -534,6 +534,61 @@ static void test_stopped_leader_in_ring_trade(void **state)
     (void)state;
     stopped_leader("stopped_leader_in_card_ring_n8_hosts8", "ring");
 }
+/* Eight one-rank hosts whose ranks disagree on OOBX_NODE_EXCHANGE: ranks
+ * 0-3 trade init's cards by doubling, 4-7 by the ring. Where a leader's
+ * previous leader trades the other way (4 after 3, 0 after 7) its first
+ * message tells: that leader fails at once naming the setting and the
+ * other leader, and every rank's init fails within the timeout (over
+ * sockets at once: the leaders that failed close their links; over UCX a
+ * leader waiting on one of them may wait the timeout out). */
+static int rank_exchange_mismatch(harness_rank_t *r)
+{
+    char id[32];
+    snprintf(id, sizeof id, "fault-host-%d", r->rank);
+    setenv("OOBX_HOST_ID", id, 1);
+    setenv("OOBX_NODE_AWARE_MIN", "2", 1);
+    setenv("OOBX_NODE_EXCHANGE", r->rank < r->nranks / 2 ? "bruck" : "ring", 1);
+    double t0 = harness_now();
+    oobx_comm_t c = NULL;
+    int rc = harness_comm_init(r, &c);
+    double took = harness_now() - t0;
+    if (rc == OOBX_SUCCESS) H_FAIL(r, "init succeeded with OOBX_NODE_EXCHANGE %s", getenv("OOBX_NODE_EXCHANGE"));
+    harness_note(r, "%s after %.2f s: %s", oobx_error_name(rc), took, oobx_last_error());
+    return 0;
+}
+static void test_exchange_mismatch(void **state)
+{
+    (void)state;
+    const char *name = "node_exchange_mismatch_n8_hosts8";
+    int n = 8;
+    harness_job_opts_t o = {.name = name, .nranks = n, .fn = rank_exchange_mismatch, .call_timeout_ms = 8000,
+                            .deadline_s = 40, .keep_going = 1};
+    harness_job_t job;
+    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    int v = harness_job_wait(&job);
+    double seconds = job.seconds;
+    int named = 0, mismatch = 0, late = 0;
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", job.msg);
+    for (int i = 0; i < n; i++) {
+        const char *m = job.shm + (size_t)i * HARNESS_MSG_BYTES;
+        print_message("    rank %d: %s\n", i, m);
+        double after = -1;
+        if (strstr(m, "set OOBX_NODE_EXCHANGE the same on every rank")) {
+            named++;
+            const char *a = strstr(m, " after ");
+            if (!a || sscanf(a, " after %lf s", &after) != 1 || after > 3.0) late++;
+        }
+        if (strncmp(m, "OOBX_ERR_MISMATCH", 17) == 0) mismatch++;
+    }
+    harness_job_free(&job);
+    if (v != HARNESS_PASS) fail_msg("%s", msg);
+    /* the two leaders after a boundary name it; the others hear of a failure */
+    if (named < 2) fail_msg("%s: %d ranks named the setting, want the 2 leaders after a boundary at least", name, named);
+    if (mismatch < 2) fail_msg("%s: %d ranks failed with OOBX_ERR_MISMATCH", name, mismatch);
+    if (late) fail_msg("%s: %d of the ranks that named the setting took more than 3 s (call timeout 8 s)", name, late);
+    print_message("  %s: passed in %.2f s; %d of %d ranks named the setting\n", name, seconds, named, n);
+}
 /* The victim (rank 0) reports and is stopped; the last rank reports 2 s
  * late, so the others spend 2 s of their 3 s in the root phase and the rest
  * waiting for the victim's card: init must end within the one timeout. */
@@ -1652,6 +1707,7 @@ int main(void)
         cmocka_unit_test(test_kill_in_init_roots3),
         cmocka_unit_test(test_stopped_leader_in_trade),
         cmocka_unit_test(test_stopped_leader_in_ring_trade),
+        cmocka_unit_test(test_exchange_mismatch),
         cmocka_unit_test(test_kill_in_allgather),
         cmocka_unit_test(test_kill_in_allgather_small),
         cmocka_unit_test(test_init_one_budget),
