@@ -950,6 +950,17 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
                             .reach_prev = card_reach_prev, .arg = &t, .other_tag = NODE_DOUBLING_TAG(0, 0)};
         rc = leader_ring_run(c, &lr);
     }
+    if (rc == OOBX_ERR_MISMATCH) {
+        /* the ranks disagree on a setting (this leader found it, or heard
+         * of it): the leaders it talked to hear it now and pass it on, where
+         * a transport would not tell them of its exit before their timeout
+         * (UCX); init's failure path sends the notices before it returns */
+        char text[1024];
+        snprintf(text, sizeof(text), "%s", oobx_last_error());
+        if (!c->v.ep->spreads) c->v.ep->spreads = 1;
+        oobx__ep_fail(c->v.ep, rank, OOBX_ERR_MISMATCH, text);
+        oobx__set_last_error("%s", text);
+    }
     char miss[256];
     if (rc != 0 && missing_cards(node, nranks, miss, sizeof(miss)) > 0) {
         char text[1536];
@@ -1829,6 +1840,7 @@ fail:
         int saved = rc;
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", oobx_last_error());
+        if (c->v.ep && c->v.ep->tp && c->v.ep->nnotice_out) oobx__comm_flush_notices(c); /* notices queued: out */
         /* another rank died: stay reachable a moment for the ranks that have
          * not connected to this one yet (at most a tenth of the budget) */
         if (c->v.ep && c->v.ep->tp && atomic_load(&c->v.ep->fail_rank) >= 0 &&

@@ -538,9 +538,9 @@ static void test_stopped_leader_in_ring_trade(void **state)
  * 0-3 trade init's cards by doubling, 4-7 by the ring. Where a leader's
  * previous leader trades the other way (4 after 3, 0 after 7) its first
  * message tells: that leader fails at once naming the setting and the
- * other leader, and every rank's init fails within the timeout (over
- * sockets at once: the leaders that failed close their links; over UCX a
- * leader waiting on one of them may wait the timeout out). */
+ * other leader, and tells the leaders it talked to, which pass it on: every
+ * rank's init fails long before the timeout (UCX included, whose links do
+ * not tell a peer's exit), most of them naming the setting. */
 static int rank_exchange_mismatch(harness_rank_t *r)
 {
     char id[32];
@@ -561,7 +561,7 @@ static void test_exchange_mismatch(void **state)
     (void)state;
     const char *name = "node_exchange_mismatch_n8_hosts8";
     int n = 8;
-    harness_job_opts_t o = {.name = name, .nranks = n, .fn = rank_exchange_mismatch, .call_timeout_ms = 8000,
+    harness_job_opts_t o = {.name = name, .nranks = n, .fn = rank_exchange_mismatch, .call_timeout_ms = 15000,
                             .deadline_s = 40, .keep_going = 1};
     harness_job_t job;
     if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
@@ -577,7 +577,7 @@ static void test_exchange_mismatch(void **state)
         if (strstr(m, "set OOBX_NODE_EXCHANGE the same on every rank")) {
             named++;
             const char *a = strstr(m, " after ");
-            if (!a || sscanf(a, " after %lf s", &after) != 1 || after > 3.0) late++;
+            if (!a || sscanf(a, " after %lf s", &after) != 1 || after > 5.0) late++;
         }
         if (strncmp(m, "OOBX_ERR_MISMATCH", 17) == 0) mismatch++;
     }
@@ -586,7 +586,10 @@ static void test_exchange_mismatch(void **state)
     /* the two leaders after a boundary name it; the others hear of a failure */
     if (named < 2) fail_msg("%s: %d ranks named the setting, want the 2 leaders after a boundary at least", name, named);
     if (mismatch < 2) fail_msg("%s: %d ranks failed with OOBX_ERR_MISMATCH", name, mismatch);
-    if (late) fail_msg("%s: %d of the ranks that named the setting took more than 3 s (call timeout 8 s)", name, late);
+    if (late) fail_msg("%s: %d of the ranks that named the setting took more than 5 s (call timeout 15 s)", name, late);
+    if (seconds > 10)
+        fail_msg("%s: the job took %.1f s (call timeout 15 s): a rank waited for a leader that had failed", name,
+                 seconds);
     print_message("  %s: passed in %.2f s; %d of %d ranks named the setting\n", name, seconds, named, n);
 }
 /* The victim (rank 0) reports and is stopped; the last rank reports 2 s
