@@ -950,15 +950,17 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
                             .reach_prev = card_reach_prev, .arg = &t, .other_tag = NODE_DOUBLING_TAG(0, 0)};
         rc = leader_ring_run(c, &lr);
     }
-    if (rc == OOBX_ERR_MISMATCH) {
+    if (rc == OOBX_ERR_MISMATCH || (rc != 0 && atomic_load(&c->v.ep->fail_rank) >= 0)) {
         /* the ranks disagree on a setting (this leader found it, or heard
-         * of it): the leaders it talked to hear it now and pass it on, where
-         * a transport would not tell them of its exit before their timeout
-         * (UCX); init's failure path sends the notices before it returns */
+         * of it), or a leader died: the leaders this one talked to hear it
+         * now and pass it on, where a transport would not tell them of this
+         * rank's exit before their timeout (UCX); init's failure path sends
+         * the notices before it returns */
         char text[1024];
         snprintf(text, sizeof(text), "%s", oobx_last_error());
         if (!c->v.ep->spreads) c->v.ep->spreads = 1;
-        oobx__ep_fail(c->v.ep, rank, OOBX_ERR_MISMATCH, text);
+        if (rc == OOBX_ERR_MISMATCH) oobx__ep_fail(c->v.ep, rank, OOBX_ERR_MISMATCH, text); /* (the first failure stays) */
+        else oobx__ep_spread(c->v.ep);
         oobx__set_last_error("%s", text);
     }
     char miss[256];
