@@ -959,8 +959,7 @@ static int leader_trade(struct oobx_comm *c, oobx__node_t *node, const root_plac
         char text[1024];
         snprintf(text, sizeof(text), "%s", oobx_last_error());
         if (!c->v.ep->spreads) c->v.ep->spreads = 1;
-        if (rc == OOBX_ERR_MISMATCH) oobx__ep_fail(c->v.ep, rank, OOBX_ERR_MISMATCH, text); /* (the first failure stays) */
-        else oobx__ep_spread(c->v.ep);
+        oobx__ep_fail(c->v.ep, rank, rc, text); /* records only a first failure (a mismatch found here), then spreads */
         oobx__set_last_error("%s", text);
     }
     char miss[256];
@@ -1842,7 +1841,7 @@ fail:
         int saved = rc;
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s", oobx_last_error());
-        if (c->v.ep && c->v.ep->tp && c->v.ep->nnotice_out) oobx__comm_flush_notices(c); /* notices queued: out */
+        oobx__comm_flush_notices(c); /* notices queued (a failed card trade's): out */
         /* another rank died: stay reachable a moment for the ranks that have
          * not connected to this one yet (at most a tenth of the budget) */
         if (c->v.ep && c->v.ep->tp && atomic_load(&c->v.ep->fail_rank) >= 0 &&
