@@ -64,6 +64,7 @@ struct Options {
     std::string variant;
     bool init_no_barrier = false;
     bool oobx_mem = false; // --alloc=oobx: allgather and bcast buffers from oobx_mem_alloc
+    bool touch = false;    // --touch: allgather rewrites its own slice before every call
 };
 
 struct Job {
@@ -270,7 +271,11 @@ void bm_allgather(benchmark::State &st, Job &job, size_t size)
                          job.rank, size, r);
             throw BenchFailure{};
         }
-    double t = run_batches(st, job, [&] { CHECK(job, oobx_allgather(job.comm, buf.data(), size)); });
+    const bool touch = job.opt.touch;
+    double t = run_batches(st, job, [&] {
+        if (touch) fill(buf, size_t(job.rank) * size, size, job.rank);
+        CHECK(job, oobx_allgather(job.comm, buf.data(), size));
+    });
     set_size_counters(st, size, t, double(n) * double(size), double(n - 1) / double(n));
 }
 
@@ -911,6 +916,8 @@ bool take_options(int *argc, char **argv, Options *opt)
             opt->init_no_barrier = true;
         else if ((v = val("--alloc=")))
             ok = (opt->oobx_mem = std::strcmp(v, "oobx") == 0) || std::strcmp(v, "malloc") == 0;
+        else if (std::strcmp(a, "--touch") == 0)
+            opt->touch = true;
         else {
             argv[out++] = argv[i];
             continue;
@@ -1039,6 +1046,8 @@ void print_help()
         "  --init-no-barrier   comm_init destroys without waiting for every rank\n"
         "  --alloc=malloc|oobx where the allgather and bcast buffers live: plain memory (default) or\n"
         "                      oobx_mem_alloc's, which ranks of one host copy from directly\n"
+        "  --touch             allgather: every rank rewrites its slice before each call, as a program\n"
+        "                      that gathers new data does (the time includes that memset)\n"
         "  --benchmark_format=console|json         what rank 0 prints (default console)\n"
         "  --benchmark_out=FILE --benchmark_out_format=json|console   rank 0 writes FILE\n"
         "  -h, --help          this text (needs no job)\n"

@@ -53,6 +53,9 @@ typedef struct oobx_coll_counts {
                                           * oobx_mem_alloc memory (since 1.2) */
     unsigned long long direct_bcast;     /* broadcasts every rank read from the root's buffer (since 1.2) */
     unsigned long long direct_bcast_fallbacks; /* broadcasts that tried to and took the tree (since 1.2) */
+    unsigned long long direct_staged;    /* direct allgathers for which this rank copied its slice of plain
+                                          * memory into its own mapped region first (OOBX_ALLGATHER_STAGE_MIN;
+                                          * since 1.2) */
 } oobx_coll_counts_t;
 #define OOBX_COLL_COUNTS_INIT {.struct_size = sizeof(oobx_coll_counts_t)}
 OOBX_API int oobx_debug_coll_counts(oobx_comm_t comm, oobx_coll_counts_t *counts);

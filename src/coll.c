@@ -483,17 +483,62 @@ static int direct_self(oobx_ep_t *ep)
 }
 
 /* Writes this rank's record into rec: its identity (scope 0: it offers
- * nothing), buf and bytes, and what memory lies under [buf, buf + span). */
-static void direct_rec_encode(oobx_ep_t *ep, unsigned char *rec, const void *buf, uint64_t bytes, size_t span)
+ * nothing), the buffer's address addr and bytes, and what memory lies under
+ * [at, at + span) (at: where the readers' slices lie). */
+static void direct_rec_encode(oobx_ep_t *ep, unsigned char *rec, uint64_t addr, uint64_t bytes, const void *at,
+                              size_t span)
 {
     int offered = direct_self(ep);
     oobx__cma_encode(&ep->direct.self, rec);
     if (!offered) memset(rec, 0, 8);
-    oobx__put_u64(rec + OOBX_CMA_ID_BYTES, (uint64_t)(uintptr_t)buf);
+    oobx__put_u64(rec + OOBX_CMA_ID_BYTES, addr);
     oobx__put_u64(rec + OOBX_CMA_ID_BYTES + 8, bytes);
     oobx__mem_desc_t md;
-    oobx__mem_describe(&ep->mem, buf, span, &md);
+    oobx__mem_describe(&ep->mem, at, span, &md);
     oobx__mem_desc_encode(&md, rec + OOBX_CMA_ID_BYTES + 16);
+}
+
+/* The staged direct allgather: where the buffer is plain memory, a call of
+ * OOBX_ALLGATHER_STAGE_MIN ranks or more first copies this rank's slice
+ * into a region of its own (mem.h: mapped by the peers, cached), so that
+ * the n - 1 readers copy it at memcpy speed instead of through the kernel's
+ * copy (process_vm_readv), whose page pinning and page-table lock several
+ * readers of one process share. The region is the endpoint's, kept for the
+ * next call and grown to a power of two; one call at a time uses it (a
+ * second thread's call reads plain memory). The stage, or NULL: no staging
+ * (the setting, a buffer mapped already, a slice above DIRECT_STAGE_MAX,
+ * the region in use, or a region that could not be made: not tried again). */
+#define DIRECT_STAGE_MAX (64u << 20)
+#define DIRECT_STAGE_MIN_LEN (64u << 10)
+
+static char *direct_stage(const oobx__ep_view_t *c, const char *buf, size_t bpr, int n, int me)
+{
+    oobx_ep_t *ep = c->ep;
+    int min = c->settings->stage_min;
+    if (!min || n < min || bpr > DIRECT_STAGE_MAX || ep->direct.stage_busy || ep->direct.stage_failed) return NULL;
+    oobx__mem_desc_t md;
+    oobx__mem_describe(&ep->mem, buf, (size_t)n * bpr, &md);
+    if (md.id) return NULL; /* oobx_mem_alloc memory: read where it lies */
+    if (ep->direct.stage_len < bpr) {
+        if (ep->direct.stage) oobx__mem_free(&ep->mem, ep->direct.stage);
+        ep->direct.stage = NULL;
+        ep->direct.stage_len = 0;
+        size_t len = DIRECT_STAGE_MIN_LEN;
+        while (len < bpr) len <<= 1;
+        void *p = NULL;
+        char why[200];
+        if (oobx__mem_alloc(&ep->mem, len, &p, why, sizeof(why)) != 0) {
+            ep->direct.stage_failed = 1;
+            OOBX_DEBUG(c->log, "rank %d: allgather (direct): no staging region (%s): peers read its plain memory",
+                       c->rank, why);
+            return NULL;
+        }
+        ep->direct.stage = p;
+        ep->direct.stage_len = len;
+    }
+    ep->direct.stage_busy = 1;
+    memcpy(ep->direct.stage, buf + (size_t)me * bpr, bpr);
+    return ep->direct.stage;
 }
 
 /* Copies len bytes at src of endpoint rank er, whose record is rec, into
@@ -537,7 +582,13 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
     unsigned char *recs = malloc((size_t)n * (DIRECT_REC + 4));
     if (!recs) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for an allgather of %d ranks", c->rank, n);
     unsigned char *st = recs + (size_t)n * DIRECT_REC;
-    direct_rec_encode(ep, recs + (size_t)me * DIRECT_REC, buf, bpr, (size_t)n * bpr);
+    char *stage = direct_stage(c, buf, bpr, n, me);
+    if (stage)
+        /* the readers add q * bpr to the address: they land on the stage */
+        direct_rec_encode(ep, recs + (size_t)me * DIRECT_REC, (uint64_t)(uintptr_t)stage - (uint64_t)me * bpr, bpr,
+                          stage, bpr);
+    else
+        direct_rec_encode(ep, recs + (size_t)me * DIRECT_REC, (uint64_t)(uintptr_t)buf, bpr, buf, (size_t)n * bpr);
     int rc = algo_allgather(c, g, recs, DIRECT_REC, "auto");
     if (rc != 0) goto out;
     uint64_t scope0, bpr0 = oobx__get_u64(recs + OOBX_CMA_ID_BYTES + 8);
@@ -596,6 +647,10 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
                    c->rank, bad, oobx__get_u32(st + 4 * (size_t)bad) - 1);
     }
 out:
+    if (stage) {
+        ep->direct.staged += *done;
+        ep->direct.stage_busy = 0;
+    }
     free(recs);
     return rc;
 }
@@ -794,7 +849,7 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
     unsigned char rec[DIRECT_REC];
     unsigned char *st = malloc((size_t)n * DIRECT_BCAST_ST);
     if (!st) return oobx__fail(c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for a broadcast of %d ranks", c->rank, n);
-    if (me == root) direct_rec_encode(ep, rec, buf, bytes, bytes);
+    if (me == root) direct_rec_encode(ep, rec, (uint64_t)(uintptr_t)buf, bytes, buf, bytes);
     int rc = tree_bcast(c, g, root, rec, sizeof(rec));
     if (rc != 0) goto out;
     /* Reads of the root's process by several ranks at once contend in the

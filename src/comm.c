@@ -1974,6 +1974,7 @@ int oobx_debug_coll_counts(oobx_comm_t c, oobx_coll_counts_t *t)
     all.direct_skipped = c->v.ep->direct.skipped;
     all.direct_bcast = c->v.ep->direct.bcasts;
     all.direct_bcast_fallbacks = c->v.ep->direct.bcast_fallbacks;
+    all.direct_staged = c->v.ep->direct.staged;
     pthread_mutex_unlock(&c->v.ep->lock);
     pthread_mutex_lock(&c->v.ep->mem.lock);
     all.direct_mapped = c->v.ep->mem.mapped_reads;

@@ -171,6 +171,11 @@ typedef struct oobx_ep {
         uint64_t node_barrier;     /* barriers the same way */
         uint64_t skipped;          /* calls that took the ring at once after their group's fallback (coll.h) */
         uint64_t bcasts, bcast_fallbacks; /* broadcasts read from the root's buffer; that tried and took the tree */
+        uint64_t staged;                  /* direct allgathers whose own slice went through the stage */
+        char *stage;                      /* the staging region (mem's, freed with it), stage_len bytes */
+        size_t stage_len;
+        int stage_busy;   /* a call uses it now */
+        int stage_failed; /* it could not be made: not tried again */
     } direct;
     /* oobx_mem_alloc's regions, and the peers' regions mapped here (mem.h) */
     oobx__mem_t mem;

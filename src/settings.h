@@ -36,6 +36,7 @@ typedef struct oobx_settings {
     size_t node_buf;           /* OOBX_NODE_BUF */
     size_t direct_min;         /* OOBX_ALLGATHER_DIRECT_MIN: auto's direct allgather from this slice size */
     size_t cma_min;            /* OOBX_CMA_MIN: single-copy pulls between ranks of one host from this size */
+    int stage_min;             /* OOBX_ALLGATHER_STAGE_MIN: direct allgathers of this many ranks stage plain memory */
     char module_dir[512];      /* OOBX_MODULE_DIR: where transport modules are loaded from */
     char rdma_sysfs[256];      /* OOBX_RDMA_SYSFS: where auto looks for RDMA devices */
     int log_level;             /* OOBX_LOG_LEVEL */

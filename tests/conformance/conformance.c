@@ -325,6 +325,7 @@ static oobx_coll_counts_t mem_allgather(harness_rank_t *r, oobx_comm_t c, unsign
     now.direct -= was.direct;
     now.direct_fallbacks -= was.direct_fallbacks;
     now.direct_mapped -= was.direct_mapped;
+    now.direct_staged -= was.direct_staged;
     return now;
 }
 
@@ -370,14 +371,15 @@ static int rank_mem_alloc(harness_rank_t *r)
     if (d.direct_mapped != (unsigned long long)(n - 1))
         H_FAIL(r, "split child: %llu slices mapped, want %d", d.direct_mapped, n - 1);
     H_OK(r, oobx_comm_destroy(child));
-    /* rank 0 passes plain memory: its slice goes by process_vm_readv */
+    /* rank 0 passes plain memory: its slice goes by process_vm_readv
+     * (OOBX_ALLGATHER_STAGE_MIN=0 here; allgather_staged_n4 stages it) */
     unsigned char *plain = me == 0 ? xmalloc(r, (size_t)n * b) : big;
     d = mem_allgather(r, c, plain, b, 70, "rank 0 with plain memory");
     /* rank 0 maps every peer; the others every peer but rank 0 */
     unsigned long long want = (unsigned long long)(me == 0 ? n - 1 : n - 2);
-    if (d.direct != 1 || d.direct_mapped != want)
-        H_FAIL(r, "rank 0 with plain memory: %llu direct, %llu slices mapped; want 1, %llu", d.direct, d.direct_mapped,
-               want);
+    if (d.direct != 1 || d.direct_mapped != want || d.direct_staged)
+        H_FAIL(r, "rank 0 with plain memory: %llu direct, %llu slices mapped, %llu staged; want 1, %llu, 0", d.direct,
+               d.direct_mapped, d.direct_staged, want);
     if (me == 0) free(plain);
     /* misuse */
     int x = 0;
@@ -390,6 +392,53 @@ static int rank_mem_alloc(harness_rank_t *r)
     H_OK(r, oobx_mem_free(c, NULL));
     H_OK(r, oobx_barrier(c));
     H_OK(r, oobx_mem_free(c, big));
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
+}
+
+/* Plain memory at OOBX_ALLGATHER_STAGE_MIN ranks and more (4 here): every
+ * rank copies its slice into a region of its own and the peers read it
+ * through their mappings (n - 1 mapped slices a call, one staged), with
+ * the right data over calls of different sizes (the region grows: the
+ * peers must map the new one, never read the old), and a bounded count of
+ * descriptors; a rank that turned staging off (rank 1) has its slice read
+ * with process_vm_readv; a split child of 3 ranks, below the setting,
+ * stages nothing. */
+static int rank_stage(harness_rank_t *r)
+{
+    const int n = r->nranks, me = r->rank;
+    if (me == 1) setenv("OOBX_ALLGATHER_STAGE_MIN", "0", 1);
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    static const size_t sizes[] = {300000, 1u << 20, 70000, 3u << 20, 65536};
+    unsigned long long want_mapped = (unsigned long long)(me == 1 ? n - 1 : n - 2);
+    unsigned long long want_staged = me == 1 ? 0 : 1;
+    int fds = -1;
+    for (unsigned k = 0; k < 25; k++) {
+        size_t b = sizes[k % 5];
+        unsigned char *buf = xmalloc(r, (size_t)n * b);
+        oobx_coll_counts_t d = mem_allgather(r, c, buf, b, 200 + k, "plain memory, staged");
+        free(buf);
+        if (d.direct != 1 || d.direct_fallbacks || d.direct_mapped != want_mapped || d.direct_staged != want_staged)
+            H_FAIL(r, "call %u (%zu B per rank): %llu direct, %llu fallbacks, %llu slices mapped, %llu staged; "
+                      "want 1, 0, %llu, %llu",
+                   k, b, d.direct, d.direct_fallbacks, d.direct_mapped, d.direct_staged, want_mapped, want_staged);
+        if (k == 4) fds = oobx_debug_count_fds(); /* every size once: the largest region is made */
+    }
+    if (oobx_debug_count_fds() != fds)
+        H_FAIL(r, "open descriptors went from %d to %d over 20 staged calls", fds, oobx_debug_count_fds());
+    oobx_comm_t child = NULL;
+    H_OK(r, oobx_comm_split(c, me == 3 ? -1 : 0, me, &child));
+    if (child) {
+        const size_t b = 200000;
+        unsigned char *buf = xmalloc(r, 3 * b);
+        oobx_coll_counts_t d = mem_allgather(r, child, buf, b, 300, "split child of 3 ranks");
+        free(buf);
+        if (d.direct != 1 || d.direct_staged || d.direct_mapped)
+            H_FAIL(r, "split child of 3: %llu direct, %llu staged, %llu mapped; want 1, 0, 0", d.direct,
+                   d.direct_staged, d.direct_mapped);
+        H_OK(r, oobx_comm_destroy(child));
+    }
+    H_OK(r, oobx_barrier(c));
     H_OK(r, oobx_comm_destroy(c));
     return 0;
 }
@@ -1824,6 +1873,10 @@ static void build_cases(conf_suite_t *s)
     c = add_case(s, "allgather_mem_alloc_n4", rank_mem_alloc, 4, 1);
     c->job.call_timeout_ms = 10000;
     c->env[0] = "OOBX_NODE_BUF=0"; /* never the node-aware path's shared buffer */
+    c->env[1] = "OOBX_ALLGATHER_STAGE_MIN=0";
+    c = add_case(s, "allgather_staged_n4", rank_stage, 4, 1);
+    c->job.call_timeout_ms = 10000;
+    c->env[0] = "OOBX_NODE_BUF=0";
     c = add_case(s, "bcast_root_mismatch_n4", rank_call_mismatch, 4, 1);
     c->job.call_timeout_ms = 10000;
     c->p.count = 0;
