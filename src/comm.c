@@ -144,6 +144,7 @@ static int transport_open(struct oobx_comm *c, oobx_tp_params_t *p, const char *
         if (!order[n]) return oobx__fail(&c->log, OOBX_ERR_INVALID, "rank %d: no transport named \"%s\"", c->v.rank, want);
         n++;
     }
+    if (n > 1) snprintf(c->auto_note, sizeof(c->auto_note), "%s", note);
     int rc = OOBX_ERR_UNAVAILABLE;
     for (int i = 0; i < n; i++) {
         const oobx_tp_ops_t *ops;
@@ -1839,8 +1840,18 @@ int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, con
 fail:
     {
         int saved = rc;
-        char msg[1024];
+        char msg[1600];
         snprintf(msg, sizeof(msg), "%s", oobx_last_error());
+        if (c->auto_note[0] && c->transport[0] && strstr(msg, "set OOBX_TRANSPORT the same on every rank")) {
+            /* the ranks did set it the same, to auto, and their hosts chose
+             * apart: say which way this one went, and what to set */
+            size_t k = strlen(msg);
+            snprintf(msg + k, sizeof(msg) - k,
+                     " (this rank %d took %s%s; under auto a job over hosts with an active RDMA device and hosts "
+                     "without one takes ucx on the first and socket on the others: set OOBX_TRANSPORT=socket, or "
+                     "ucx, on every rank)",
+                     rank, c->transport, c->auto_note);
+        }
         oobx__comm_flush_notices(c); /* notices queued (a failed card trade's): out */
         /* another rank died: stay reachable a moment for the ranks that have
          * not connected to this one yet (at most a tenth of the budget) */
@@ -1849,8 +1860,14 @@ fail:
             int ms = s->timeout_ms < 0 ? INIT_LINGER_MS : OOBX_MIN(INIT_LINGER_MS, s->timeout_ms / 10);
             oobx__ep_linger(c->v.ep, oobx__ms_left(cancel.deadline_ns, ms));
         }
+        uint64_t hosted = c->root_magic;
         comm_release_ep(c);
         comm_free(c);
+        /* a root this process hosts may still owe answers (a refused job:
+         * every rank is told why, the late ones too): a moment for it to
+         * finish before the caller exits with it */
+        if (hosted)
+            oobx__root_registry_reap(hosted, s->timeout_ms < 0 ? INIT_LINGER_MS : OOBX_MIN(INIT_LINGER_MS, s->timeout_ms / 10));
         oobx__set_last_error("%s", msg);
         return saved;
     }

@@ -36,6 +36,7 @@ struct oobx_comm {
     oobx_init_timings_t timings;
     uint64_t root_magic; /* of a root this process hosts for this comm, to reap */
     char transport[16];
+    char auto_note[440]; /* under auto: why the transport came first (" (OOBX_TRANSPORT=auto...)"), for errors */
     struct {
         struct oobx__node *seg; /* the host's card table and allgather buffers (node.h); NULL: none */
         int leader;             /* this rank leads its host's ranks */

@@ -244,6 +244,7 @@ typedef struct root_state {
     uint64_t t_start, t_first, t_all;
     int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (answers once the block is in) */
     char dead_text[OOBX_REPLY_TEXT_MAX]; /* node-aware: a rank died before its answer; what all are told */
+    int dead_status;                       /* its status: OOBX_ERR_REMOTE, or OOBX_ERR_MISMATCH (job_refused) */
     uint64_t epoch;  /* node-aware: random, names this run's group segments */
     root_src_t src_tab[ROOT_SRC_SLOTS];
     int unproved;    /* connections without proof, all sources */
@@ -379,7 +380,27 @@ static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, c
 /* Node-aware, after a rank died: local k gets the news (and counts as answered). */
 static void answer_error(root_state_t *st, int k)
 {
-    answer_with(st, k, OOBX_ERR_REMOTE, st->dead_text, strlen(st->dead_text));
+    answer_with(st, k, st->dead_status ? st->dead_status : OOBX_ERR_REMOTE, st->dead_text, strlen(st->dead_text));
+}
+
+/* An authenticated rank of this job disagrees with the first reporter on
+ * what the whole job must share (its size, transport, node-aware mode):
+ * the job cannot start, so the ranks that wait and every later reporter
+ * hear the same reason at once, not only the rank refused. */
+static void job_refused(root_state_t *st, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void job_refused(root_state_t *st, int i, const char *fmt, ...)
+{
+    char text[OOBX_REPLY_TEXT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    conn_error(st, i, OOBX_ERR_MISMATCH, "%s", text);
+    if (st->dead_text[0] || !st->waiting) return;
+    snprintf(st->dead_text, sizeof(st->dead_text), "%s", text);
+    st->dead_status = OOBX_ERR_MISMATCH;
+    for (int k = 0; k < st->nrecv; k++)
+        if (st->waiting[k] >= 0) answer_error(st, k);
 }
 
 /* The whole block is in: groups by host id, each with its leader (lowest
@@ -506,7 +527,7 @@ static void take_report(root_state_t *st, int i)
         st->t_first = oobx__now_ns();
     }
     if (r->nranks != st->nranks || r->nroots != st->nroots || r->iroot != st->iroot) {
-        conn_error(st, i, OOBX_ERR_MISMATCH,
+        job_refused(st, i,
                    "rank %d (%s) reports nranks %d, nroots %d, root %d, but rank %d reported nranks %d, nroots %d, "
                    "root %d: the ranks disagree on the job size or the unique ids",
                    r->rank, c->peer, r->nranks, r->nroots, r->iroot, st->first_reporter, st->nranks, st->nroots,
@@ -515,7 +536,7 @@ static void take_report(root_state_t *st, int i)
     }
     if (r->tpid != st->tpid) {
         const oobx__tp_entry_t *theirs = oobx__tp_by_id(r->tpid), *ours = oobx__tp_by_id(st->tpid);
-        conn_error(st, i, OOBX_ERR_MISMATCH,
+        job_refused(st, i,
                    "rank %d (%s) uses the %s transport, rank %d uses %s: set OOBX_TRANSPORT the same on every rank",
                    r->rank, c->peer, theirs ? theirs->name : "?", st->first_reporter, ours ? ours->name : "?");
         return;
@@ -523,7 +544,7 @@ static void take_report(root_state_t *st, int i)
     int node = c->hello_type == OOBX_HELLO_ROOT_NODE || c->hello_type == OOBX_HELLO_ROOT_NODE_EXTRA;
     if (st->node < 0) st->node = node;
     if (st->node != node) {
-        conn_error(st, i, OOBX_ERR_MISMATCH,
+        job_refused(st, i,
                    "rank %d (%s) %s node-aware, rank %d %s: set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank", r->rank,
                    c->peer, node ? "is" : "is not", st->first_reporter, st->node ? "is" : "is not");
         return;
@@ -587,6 +608,13 @@ static void take_report(root_state_t *st, int i)
         return;
     }
 
+    if (st->dead_text[0]) {
+        /* the job was refused (job_refused): this rank hears why */
+        st->waiting[local] = i;
+        c->state = RC_WAIT;
+        answer_error(st, local);
+        return;
+    }
     /* the previous rank may have been waiting for this one */
     int prev = st->nroots > 1 ? local - 1 : (local - 1 + st->nrecv) % st->nrecv;
     if (prev >= 0 && prev < st->n2send && !st->replied[prev] && st->waiting[prev] >= 0) answer(st, prev, local);

@@ -205,6 +205,26 @@ if [ -x "$info" ]; then
                 ok "auto over two hosts with an active RDMA device: ucx"
             else echo "     exit status $st"; bad "auto over two hosts with an active RDMA device: ucx"; fi
         else skipped "auto over two hosts with an active RDMA device: the UCX module is not built"; fi
+        # hosts that differ (an active RDMA device on the first only): auto
+        # takes ucx there and socket on the second, the root refuses the
+        # job, and every rank says so at once, with the way it went and
+        # what to set (SIGTERM ignored: oobx-run must not end a rank first)
+        mixed='trap "" TERM; OOBX_NODE_AWARE_MIN=2 OOBX_TIMEOUT_MS=30000 OOBX_LOCAL_SIZE=2 OOBX_LOCAL_RANK=$((OOBX_RANK % 2)) OOBX_HOST_ID=h$((OOBX_RANK / 2)) OOBX_RDMA_SYSFS='"$tmp"'/$([ $((OOBX_RANK / 2)) = 0 ] && echo rdma || echo nordma) exec '"$hello"
+        if [ -e "$build/lib/oobx/liboobx-ucx.so" ] && [ "${OOBX_TEST_UCX:-}" != 0 ]; then
+            t0=$(date +%s)
+            env -u OOBX_TRANSPORT UCX_TLS=tcp "$run" -n 4 -- sh -c "$mixed" >"$tmp/out" 2>"$tmp/err"
+            st=$? took=$(($(date +%s) - t0))
+            cat "$tmp/out" "$tmp/err" >"$tmp/both"
+            all=$(grep -c "init: .*set OOBX_TRANSPORT the same on every rank (this rank [0-3] took .*: set OOBX_TRANSPORT=socket, or ucx, on every rank)" "$tmp/both")
+            ucx=$(grep -c "^\[[01]\] init: .*(this rank [01] took ucx (OOBX_TRANSPORT=auto);" "$tmp/both")
+            sock=$(grep -c "^\[[23]\] init: .*(this rank [23] took socket (OOBX_TRANSPORT=auto: no RDMA device with an active port in $tmp/nordma" "$tmp/both")
+            if [ "$st" -eq 1 ] && [ "$all" -eq 4 ] && [ "$ucx" -eq 2 ] && [ "$sock" -eq 2 ] && [ "$took" -le 10 ]; then
+                ok "auto over hosts that differ in RDMA: every rank refused at once, saying which way it went"
+            else
+                echo "     exit status $st after $took s; $all of 4 ranks said why ($ucx ucx, $sock socket)"
+                bad "auto over hosts that differ in RDMA: every rank refused at once, saying which way it went"
+            fi
+        else skipped "auto over hosts that differ in RDMA: the UCX module is not built"; fi
     else skipped "auto over two hosts: $hello is not built"; fi
     # -c lists the launcher settings with the others, values from the environment
     OOBX_LAUNCHER=slurm OOBX_RUN_KEY=k "$info" -c >"$tmp/out" 2>"$tmp/err"

@@ -592,6 +592,51 @@ static void test_exchange_mismatch(void **state)
                  seconds);
     print_message("  %s: passed in %.2f s; %d of %d ranks named the setting\n", name, seconds, named, n);
 }
+/* Ranks that disagree on what the whole job shares, here whether it is
+ * node-aware (ranks 0-3 node-aware, 4-7 flat): the root refuses the ranks
+ * that differ from the first reporter and tells every rank still waiting,
+ * and every later reporter, the same reason at once; a flat rank already
+ * answered hears of the refused ranks' exit. Every init fails long before
+ * the timeout, most ranks naming the settings. */
+static int rank_job_refused(harness_rank_t *r)
+{
+    setenv("OOBX_NODE_AWARE_MIN", r->rank < r->nranks / 2 ? "2" : "1000", 1);
+    double t0 = harness_now();
+    oobx_comm_t c = NULL;
+    int rc = harness_comm_init(r, &c);
+    double took = harness_now() - t0;
+    if (rc == OOBX_SUCCESS) H_FAIL(r, "init succeeded with OOBX_NODE_AWARE_MIN %s", getenv("OOBX_NODE_AWARE_MIN"));
+    harness_note(r, "%s after %.2f s: %s", oobx_error_name(rc), took, oobx_last_error());
+    return 0;
+}
+static void test_job_refused(void **state)
+{
+    (void)state;
+    const char *name = "job_refused_node_aware_n8";
+    int n = 8;
+    harness_job_opts_t o = {.name = name, .nranks = n, .fn = rank_job_refused, .call_timeout_ms = 15000,
+                            .deadline_s = 40, .keep_going = 1};
+    harness_job_t job;
+    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    int v = harness_job_wait(&job);
+    double seconds = job.seconds;
+    int named = 0, late = 0;
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", job.msg);
+    for (int i = 0; i < n; i++) {
+        const char *m = job.shm + (size_t)i * HARNESS_MSG_BYTES;
+        print_message("    rank %d: %s\n", i, m);
+        double after = -1;
+        const char *a = strstr(m, " after ");
+        if (!a || sscanf(a, " after %lf s", &after) != 1 || after > 5.0) late++;
+        if (strstr(m, "set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank")) named++;
+    }
+    harness_job_free(&job);
+    if (v != HARNESS_PASS) fail_msg("%s", msg);
+    if (named < n / 2) fail_msg("%s: %d ranks named the settings, want %d at least", name, named, n / 2);
+    if (late) fail_msg("%s: %d ranks took more than 5 s to fail (call timeout 15 s)", name, late);
+    print_message("  %s: passed in %.2f s; %d of %d ranks named the settings\n", name, seconds, named, n);
+}
 /* The victim (rank 0) reports and is stopped; the last rank reports 2 s
  * late, so the others spend 2 s of their 3 s in the root phase and the rest
  * waiting for the victim's card: init must end within the one timeout. */
@@ -1711,6 +1756,7 @@ int main(void)
         cmocka_unit_test(test_stopped_leader_in_trade),
         cmocka_unit_test(test_stopped_leader_in_ring_trade),
         cmocka_unit_test(test_exchange_mismatch),
+        cmocka_unit_test(test_job_refused),
         cmocka_unit_test(test_kill_in_allgather),
         cmocka_unit_test(test_kill_in_allgather_small),
         cmocka_unit_test(test_init_one_budget),
