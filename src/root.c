@@ -243,7 +243,7 @@ typedef struct root_state {
     int nconns, capconns;
     uint64_t t_start, t_first, t_all;
     int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (answers once the block is in) */
-    char dead_text[OOBX_REPLY_TEXT_MAX]; /* node-aware: a rank died before its answer; what all are told */
+    char dead_text[OOBX_REPLY_TEXT_MAX]; /* what all are told: a rank died before its answer (node-aware), or the job was refused (job_refused) */
     int dead_status;                       /* its status: OOBX_ERR_REMOTE, or OOBX_ERR_MISMATCH (job_refused) */
     uint64_t epoch;  /* node-aware: random, names this run's group segments */
     root_src_t src_tab[ROOT_SRC_SLOTS];
