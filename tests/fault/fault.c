@@ -534,6 +534,56 @@ static void test_stopped_leader_in_ring_trade(void **state)
     (void)state;
     stopped_leader("stopped_leader_in_card_ring_n8_hosts8", "ring");
 }
+/* A rank whose init must fail (the caller set var): the error and
+ * how long init took go to the job's messages. */
+static int init_must_fail(harness_rank_t *r, const char *var)
+{
+    double t0 = harness_now();
+    oobx_comm_t c = NULL;
+    int rc = harness_comm_init(r, &c);
+    double took = harness_now() - t0;
+    if (rc == OOBX_SUCCESS) H_FAIL(r, "init succeeded with %s=%s", var, getenv(var));
+    harness_note(r, "%s after %.2f s: %s", oobx_error_name(rc), took, oobx_last_error());
+    return 0;
+}
+
+/* What a job of n ranks whose inits must fail said: the ranks whose error
+ * holds text (named; named_late of them took more than 5 s), the ranks that
+ * took more than 5 s or said nothing of it (late), those that failed with
+ * OOBX_ERR_MISMATCH, and the job's seconds. */
+typedef struct refusal {
+    int named, named_late, late, mismatch;
+    double seconds;
+} refusal_t;
+
+static refusal_t run_refusal(const char *name, int n, harness_fn fn, const char *text)
+{
+    harness_job_opts_t o = {.name = name, .nranks = n, .fn = fn, .call_timeout_ms = 15000, .deadline_s = 40,
+                            .keep_going = 1};
+    harness_job_t job;
+    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
+    int v = harness_job_wait(&job);
+    refusal_t f = {.seconds = job.seconds};
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", job.msg);
+    for (int i = 0; i < n; i++) {
+        const char *m = job.shm + (size_t)i * HARNESS_MSG_BYTES;
+        print_message("    rank %d: %s\n", i, m);
+        double after = -1;
+        const char *a = strstr(m, " after ");
+        int slow = !a || sscanf(a, " after %lf s", &after) != 1 || after > 5.0;
+        f.late += slow;
+        if (strstr(m, text)) {
+            f.named++;
+            f.named_late += slow;
+        }
+        if (strncmp(m, "OOBX_ERR_MISMATCH", 17) == 0) f.mismatch++;
+    }
+    harness_job_free(&job);
+    if (v != HARNESS_PASS) fail_msg("%s", msg);
+    return f;
+}
+
 /* Eight one-rank hosts whose ranks disagree on OOBX_NODE_EXCHANGE: ranks
  * 0-3 trade init's cards by doubling, 4-7 by the ring. Where a leader's
  * previous leader trades the other way (4 after 3, 0 after 7) its first
@@ -548,49 +598,25 @@ static int rank_exchange_mismatch(harness_rank_t *r)
     setenv("OOBX_HOST_ID", id, 1);
     setenv("OOBX_NODE_AWARE_MIN", "2", 1);
     setenv("OOBX_NODE_EXCHANGE", r->rank < r->nranks / 2 ? "bruck" : "ring", 1);
-    double t0 = harness_now();
-    oobx_comm_t c = NULL;
-    int rc = harness_comm_init(r, &c);
-    double took = harness_now() - t0;
-    if (rc == OOBX_SUCCESS) H_FAIL(r, "init succeeded with OOBX_NODE_EXCHANGE %s", getenv("OOBX_NODE_EXCHANGE"));
-    harness_note(r, "%s after %.2f s: %s", oobx_error_name(rc), took, oobx_last_error());
-    return 0;
+    return init_must_fail(r, "OOBX_NODE_EXCHANGE");
 }
 static void test_exchange_mismatch(void **state)
 {
     (void)state;
     const char *name = "node_exchange_mismatch_n8_hosts8";
     int n = 8;
-    harness_job_opts_t o = {.name = name, .nranks = n, .fn = rank_exchange_mismatch, .call_timeout_ms = 15000,
-                            .deadline_s = 40, .keep_going = 1};
-    harness_job_t job;
-    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
-    int v = harness_job_wait(&job);
-    double seconds = job.seconds;
-    int named = 0, mismatch = 0, late = 0;
-    char msg[4096];
-    snprintf(msg, sizeof msg, "%s", job.msg);
-    for (int i = 0; i < n; i++) {
-        const char *m = job.shm + (size_t)i * HARNESS_MSG_BYTES;
-        print_message("    rank %d: %s\n", i, m);
-        double after = -1;
-        if (strstr(m, "set OOBX_NODE_EXCHANGE the same on every rank")) {
-            named++;
-            const char *a = strstr(m, " after ");
-            if (!a || sscanf(a, " after %lf s", &after) != 1 || after > 5.0) late++;
-        }
-        if (strncmp(m, "OOBX_ERR_MISMATCH", 17) == 0) mismatch++;
-    }
-    harness_job_free(&job);
-    if (v != HARNESS_PASS) fail_msg("%s", msg);
+    refusal_t f = run_refusal(name, n, rank_exchange_mismatch, "set OOBX_NODE_EXCHANGE the same on every rank");
     /* the two leaders after a boundary name it; the others hear of a failure */
-    if (named < 2) fail_msg("%s: %d ranks named the setting, want the 2 leaders after a boundary at least", name, named);
-    if (mismatch < 2) fail_msg("%s: %d ranks failed with OOBX_ERR_MISMATCH", name, mismatch);
-    if (late) fail_msg("%s: %d of the ranks that named the setting took more than 5 s (call timeout 15 s)", name, late);
-    if (seconds > 10)
+    if (f.named < 2)
+        fail_msg("%s: %d ranks named the setting, want the 2 leaders after a boundary at least", name, f.named);
+    if (f.mismatch < 2) fail_msg("%s: %d ranks failed with OOBX_ERR_MISMATCH", name, f.mismatch);
+    if (f.named_late)
+        fail_msg("%s: %d of the ranks that named the setting took more than 5 s (call timeout 15 s)", name,
+                 f.named_late);
+    if (f.seconds > 10)
         fail_msg("%s: the job took %.1f s (call timeout 15 s): a rank waited for a leader that had failed", name,
-                 seconds);
-    print_message("  %s: passed in %.2f s; %d of %d ranks named the setting\n", name, seconds, named, n);
+                 f.seconds);
+    print_message("  %s: passed in %.2f s; %d of %d ranks named the setting\n", name, f.seconds, f.named, n);
 }
 /* Ranks that disagree on what the whole job shares, here whether it is
  * node-aware (ranks 0-3 node-aware, 4-7 flat): the root refuses the ranks
@@ -601,41 +627,18 @@ static void test_exchange_mismatch(void **state)
 static int rank_job_refused(harness_rank_t *r)
 {
     setenv("OOBX_NODE_AWARE_MIN", r->rank < r->nranks / 2 ? "2" : "1000", 1);
-    double t0 = harness_now();
-    oobx_comm_t c = NULL;
-    int rc = harness_comm_init(r, &c);
-    double took = harness_now() - t0;
-    if (rc == OOBX_SUCCESS) H_FAIL(r, "init succeeded with OOBX_NODE_AWARE_MIN %s", getenv("OOBX_NODE_AWARE_MIN"));
-    harness_note(r, "%s after %.2f s: %s", oobx_error_name(rc), took, oobx_last_error());
-    return 0;
+    return init_must_fail(r, "OOBX_NODE_AWARE_MIN");
 }
 static void test_job_refused(void **state)
 {
     (void)state;
     const char *name = "job_refused_node_aware_n8";
     int n = 8;
-    harness_job_opts_t o = {.name = name, .nranks = n, .fn = rank_job_refused, .call_timeout_ms = 15000,
-                            .deadline_s = 40, .keep_going = 1};
-    harness_job_t job;
-    if (harness_job_start(&job, &o) != 0) fail_msg("%s", job.msg);
-    int v = harness_job_wait(&job);
-    double seconds = job.seconds;
-    int named = 0, late = 0;
-    char msg[4096];
-    snprintf(msg, sizeof msg, "%s", job.msg);
-    for (int i = 0; i < n; i++) {
-        const char *m = job.shm + (size_t)i * HARNESS_MSG_BYTES;
-        print_message("    rank %d: %s\n", i, m);
-        double after = -1;
-        const char *a = strstr(m, " after ");
-        if (!a || sscanf(a, " after %lf s", &after) != 1 || after > 5.0) late++;
-        if (strstr(m, "set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank")) named++;
-    }
-    harness_job_free(&job);
-    if (v != HARNESS_PASS) fail_msg("%s", msg);
-    if (named < n / 2) fail_msg("%s: %d ranks named the settings, want %d at least", name, named, n / 2);
-    if (late) fail_msg("%s: %d ranks took more than 5 s to fail (call timeout 15 s)", name, late);
-    print_message("  %s: passed in %.2f s; %d of %d ranks named the settings\n", name, seconds, named, n);
+    refusal_t f = run_refusal(name, n, rank_job_refused,
+                              "set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank");
+    if (f.named < n / 2) fail_msg("%s: %d ranks named the settings, want %d at least", name, f.named, n / 2);
+    if (f.late) fail_msg("%s: %d ranks took more than 5 s to fail (call timeout 15 s)", name, f.late);
+    print_message("  %s: passed in %.2f s; %d of %d ranks named the settings\n", name, f.seconds, f.named, n);
 }
 /* The victim (rank 0) reports and is stopped; the last rank reports 2 s
  * late, so the others spend 2 s of their 3 s in the root phase and the rest
