@@ -511,7 +511,9 @@ static void take_report(root_state_t *st, int i)
         st->nroots = r->nroots;
         st->iroot = r->iroot;
         st->tpid = r->tpid;
-        st->first_reporter = r->rank;
+        /* (an extra reporter counts itself one past the block's last rank,
+         * rank 0 as nranks: named as the rank it is) */
+        st->first_reporter = r->nranks > 0 ? r->rank % r->nranks : r->rank;
         st->n2send = oobx__root_nranks(r->iroot, r->nranks, r->nroots);
         st->nrecv = st->n2send + (r->nroots > 1 ? 1 : 0);
         st->info = calloc((size_t)st->nrecv, sizeof(*st->info));
@@ -538,14 +540,14 @@ static void take_report(root_state_t *st, int i)
         const oobx__tp_entry_t *theirs = oobx__tp_by_id(r->tpid), *ours = oobx__tp_by_id(st->tpid);
         job_refused(st, i,
                    "rank %d (%s) uses the %s transport, rank %d uses %s: set OOBX_TRANSPORT the same on every rank",
-                   r->rank, c->peer, theirs ? theirs->name : "?", st->first_reporter, ours ? ours->name : "?");
+                   r->rank % st->nranks, c->peer, theirs ? theirs->name : "?", st->first_reporter, ours ? ours->name : "?");
         return;
     }
     int node = c->hello_type == OOBX_HELLO_ROOT_NODE || c->hello_type == OOBX_HELLO_ROOT_NODE_EXTRA;
     if (st->node < 0) st->node = node;
     if (st->node != node) {
         job_refused(st, i,
-                   "rank %d (%s) %s node-aware, rank %d %s: set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank", r->rank,
+                   "rank %d (%s) %s node-aware, rank %d %s: set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank", r->rank % st->nranks,
                    c->peer, node ? "is" : "is not", st->first_reporter, st->node ? "is" : "is not");
         return;
     }
