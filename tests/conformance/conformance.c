@@ -396,6 +396,21 @@ static int rank_mem_alloc(harness_rank_t *r)
     return 0;
 }
 
+typedef struct stage_thread {
+    harness_rank_t *r;
+    oobx_comm_t c;
+    unsigned salt;
+    const char *what;
+} stage_thread_t;
+
+/* Ten staged-size allgathers on one communicator, checked. */
+static void *stage_thread_main(void *arg)
+{
+    stage_thread_t *a = arg;
+    for (unsigned k = 0; k < 10; k++) check_allgather(a->r, a->c, 200000, a->salt + k, a->what);
+    return NULL;
+}
+
 /* Plain memory at OOBX_ALLGATHER_STAGE_MIN ranks and more (4 here): every
  * rank copies its slice into a region of its own and the peers read it
  * through their mappings (n - 1 mapped slices a call, one staged), with
@@ -438,6 +453,17 @@ static int rank_stage(harness_rank_t *r)
                    d.direct_staged, d.direct_mapped);
         H_OK(r, oobx_comm_destroy(child));
     }
+    /* two threads, the communicator and a child of all 4 ranks (the same
+     * endpoint, so one staging region): their calls interleave; one that
+     * finds the region in use reads plain memory; every slice right */
+    oobx_comm_t twin = NULL;
+    H_OK(r, oobx_comm_split(c, 0, me, &twin));
+    stage_thread_t ta = {r, c, 400, "parent, beside its child"}, tb = {r, twin, 500, "child, beside its parent"};
+    pthread_t th;
+    if (pthread_create(&th, NULL, stage_thread_main, &tb) != 0) H_FAIL(r, "pthread_create");
+    stage_thread_main(&ta);
+    pthread_join(th, NULL);
+    H_OK(r, oobx_comm_destroy(twin));
     H_OK(r, oobx_barrier(c));
     H_OK(r, oobx_comm_destroy(c));
     return 0;
