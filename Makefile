@@ -35,7 +35,7 @@ CPPFLAGS += -D_GNU_SOURCE -Iinclude -Isrc -Itopo
 # only what OOBX_API marks leaves a shared object
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -fPIC -pthread -fvisibility=hidden
 # bind every symbol at load (full RELRO): no lazy PLT resolution inside a
-# timed init, and the GOT read-only after it (docs/scaling.md, BIND_NOW)
+# timed init, and the GOT read-only after it (docs/design.md, "Bound at load")
 LDFLAGS  += -pthread -Wl,-z,relro -Wl,-z,now
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer

@@ -1853,21 +1853,20 @@ fail:
                      rank, c->transport, c->auto_note);
         }
         oobx__comm_flush_notices(c); /* notices queued (a failed card trade's): out */
+        /* the moment a failed init may stay up for others: at most a tenth of the budget */
+        int linger_ms = s->timeout_ms < 0 ? INIT_LINGER_MS : OOBX_MIN(INIT_LINGER_MS, s->timeout_ms / 10);
         /* another rank died: stay reachable a moment for the ranks that have
-         * not connected to this one yet (at most a tenth of the budget) */
+         * not connected to this one yet */
         if (c->v.ep && c->v.ep->tp && atomic_load(&c->v.ep->fail_rank) >= 0 &&
-            atomic_load(&c->v.ep->fail_rank) != rank) {
-            int ms = s->timeout_ms < 0 ? INIT_LINGER_MS : OOBX_MIN(INIT_LINGER_MS, s->timeout_ms / 10);
-            oobx__ep_linger(c->v.ep, oobx__ms_left(cancel.deadline_ns, ms));
-        }
+            atomic_load(&c->v.ep->fail_rank) != rank)
+            oobx__ep_linger(c->v.ep, oobx__ms_left(cancel.deadline_ns, linger_ms));
         uint64_t hosted = c->root_magic;
         comm_release_ep(c);
         comm_free(c);
         /* a root this process hosts may still owe answers (a refused job:
          * every rank is told why, the late ones too): a moment for it to
          * finish before the caller exits with it */
-        if (hosted)
-            oobx__root_registry_reap(hosted, s->timeout_ms < 0 ? INIT_LINGER_MS : OOBX_MIN(INIT_LINGER_MS, s->timeout_ms / 10));
+        if (hosted) oobx__root_registry_reap(hosted, linger_ms);
         oobx__set_last_error("%s", msg);
         return saved;
     }

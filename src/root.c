@@ -377,10 +377,18 @@ static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, c
     return 0;
 }
 
-/* Node-aware, after a rank died: local k gets the news (and counts as answered). */
+/* After a rank of the block died (node-aware) or the job was refused: local k
+ * gets dead_text (and counts as answered). */
 static void answer_error(root_state_t *st, int k)
 {
     answer_with(st, k, st->dead_status ? st->dead_status : OOBX_ERR_REMOTE, st->dead_text, strlen(st->dead_text));
+}
+
+/* Every rank that waits for its answer gets dead_text. */
+static void answer_error_all(root_state_t *st)
+{
+    for (int k = 0; k < st->nrecv; k++)
+        if (st->waiting[k] >= 0) answer_error(st, k);
 }
 
 /* An authenticated rank of this job disagrees with the first reporter on
@@ -399,8 +407,7 @@ static void job_refused(root_state_t *st, int i, const char *fmt, ...)
     if (st->dead_text[0] || !st->waiting) return;
     snprintf(st->dead_text, sizeof(st->dead_text), "%s", text);
     st->dead_status = OOBX_ERR_MISMATCH;
-    for (int k = 0; k < st->nrecv; k++)
-        if (st->waiting[k] >= 0) answer_error(st, k);
+    answer_error_all(st);
 }
 
 /* The whole block is in: groups by host id, each with its leader (lowest
@@ -595,14 +602,18 @@ static void take_report(root_state_t *st, int i)
     st->nin++;
     OOBX_TRACE(&st->log, "root %s: rank %d checked in (%d/%d)", st->name, r->rank, st->nin, st->nrecv);
 
+    if (st->dead_text[0]) {
+        /* a rank of the block died (node-aware) or the job was refused
+         * (job_refused): this rank hears why */
+        st->waiting[local] = i;
+        c->state = RC_WAIT;
+        answer_error(st, local);
+        return;
+    }
     if (st->node) {
         /* node-aware: every answer waits for the whole block (groups need it) */
         st->waiting[local] = i;
         c->state = RC_WAIT;
-        if (st->dead_text[0]) {
-            answer_error(st, local);
-            return;
-        }
         if (st->nin == st->nrecv) {
             st->t_all = oobx__now_ns();
             answer_groups(st);
@@ -610,13 +621,6 @@ static void take_report(root_state_t *st, int i)
         return;
     }
 
-    if (st->dead_text[0]) {
-        /* the job was refused (job_refused): this rank hears why */
-        st->waiting[local] = i;
-        c->state = RC_WAIT;
-        answer_error(st, local);
-        return;
-    }
     /* the previous rank may have been waiting for this one */
     int prev = st->nroots > 1 ? local - 1 : (local - 1 + st->nrecv) % st->nrecv;
     if (prev >= 0 && prev < st->n2send && !st->replied[prev] && st->waiting[prev] >= 0) answer(st, prev, local);
@@ -699,8 +703,7 @@ static void conn_read(root_state_t *st, int i)
                     OOBX_WARN(&st->log, "%s", st->dead_text);
                     int gl = oobx__root_local_id(gone, st->iroot, st->nranks, st->nroots);
                     if (gl >= 0 && gl < st->nrecv) answer_error(st, gl);
-                    for (int k = 0; k < st->nrecv; k++)
-                        if (st->waiting[k] >= 0) answer_error(st, k);
+                    answer_error_all(st);
                 }
             }
             return;
