@@ -242,8 +242,8 @@ typedef struct root_state {
     root_conn_t *conns;
     int nconns, capconns;
     uint64_t t_start, t_first, t_all;
-    int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (answers once the block is in) */
-    char dead_text[OOBX_REPLY_TEXT_MAX]; /* what all are told: a rank died before its answer (node-aware), or the job was refused (job_refused) */
+    int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (both answer once the block is in) */
+    char dead_text[OOBX_REPLY_TEXT_MAX]; /* what all are told: a rank died or gave up before its answer, or the job was refused (job_refused) */
     int dead_status;                       /* its status: OOBX_ERR_REMOTE, or OOBX_ERR_MISMATCH (job_refused) */
     uint64_t epoch;  /* node-aware: random, names this run's group segments */
     root_src_t src_tab[ROOT_SRC_SLOTS];
@@ -334,6 +334,15 @@ static int next_of(const root_state_t *st, int local)
     return (local + 1) % st->nrecv;
 }
 
+/* The whole block is in (flat): each rank gets its successor's card, the
+ * block's last rank the next block's first rank's (its extra report, which
+ * gets an acknowledgement) when there are several roots. */
+static void answer_ring(root_state_t *st)
+{
+    for (int k = 0; k < st->n2send; k++) answer(st, k, next_of(st, k));
+    if (st->nrecv > st->n2send) answer_with(st, st->n2send, 0, NULL, 0);
+}
+
 /* ---- node-aware answers ---- */
 
 /* The core's card header (comm.c): u16 magic, u16 CPUs, u16 the launcher's
@@ -377,7 +386,7 @@ static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, c
     return 0;
 }
 
-/* After a rank of the block died (node-aware) or the job was refused: local k
+/* After a rank of the block died or gave up, or the job was refused: local k
  * gets dead_text (and counts as answered). */
 static void answer_error(root_state_t *st, int k)
 {
@@ -603,36 +612,24 @@ static void take_report(root_state_t *st, int i)
     OOBX_TRACE(&st->log, "root %s: rank %d checked in (%d/%d)", st->name, r->rank, st->nin, st->nrecv);
 
     if (st->dead_text[0]) {
-        /* a rank of the block died (node-aware) or the job was refused
+        /* a rank of the block gave up or died, or the job was refused
          * (job_refused): this rank hears why */
         st->waiting[local] = i;
         c->state = RC_WAIT;
         answer_error(st, local);
         return;
     }
-    if (st->node) {
-        /* node-aware: every answer waits for the whole block (groups need it) */
-        st->waiting[local] = i;
-        c->state = RC_WAIT;
-        if (st->nin == st->nrecv) {
-            st->t_all = oobx__now_ns();
-            answer_groups(st);
-        }
-        return;
+    /* every answer waits for the whole block: node-aware groups need it, and
+     * so a refusal (job_refused) or a rank that gives up reaches every rank
+     * of the block before any goes on to its ring, where a peer that is gone
+     * may not be noticed before the timeout (UCX) */
+    st->waiting[local] = i;
+    c->state = RC_WAIT;
+    if (st->nin == st->nrecv) {
+        st->t_all = oobx__now_ns();
+        if (st->node) answer_groups(st);
+        else answer_ring(st);
     }
-
-    /* the previous rank may have been waiting for this one */
-    int prev = st->nroots > 1 ? local - 1 : (local - 1 + st->nrecv) % st->nrecv;
-    if (prev >= 0 && prev < st->n2send && !st->replied[prev] && st->waiting[prev] >= 0) answer(st, prev, local);
-
-    if (extra) {
-        conn_reply(st, i, 0, NULL, 0); /* an acknowledgement */
-    } else {
-        st->waiting[local] = i;
-        c->state = RC_WAIT;
-        if (st->info[next_of(st, local)]) answer(st, local, next_of(st, local));
-    }
-    if (st->nin == st->nrecv) st->t_all = oobx__now_ns();
 }
 
 /* Reads what is there; returns after the connection changes state or has no more data. */
@@ -684,8 +681,8 @@ static void conn_read(root_state_t *st, int i)
                         if ((unsigned char)said[k] < 0x20 || (unsigned char)said[k] > 0x7e) said[k] = '?';
                 }
                 conn_close(st, i);
-                if (st->node && !st->dead_text[0]) {
-                    /* node-aware: the others would wait for its card in vain; they
+                if (!st->dead_text[0]) {
+                    /* the others would wait for its card in vain; they
                      * and every later reporter hear why at once: the reason the
                      * rank gave when it withdrew (the origin of the failure), or
                      * that it went without a word */
@@ -946,11 +943,11 @@ static void *root_main(void *arg)
     int timed_out = 0;
     st->t_start = oobx__now_ns();
     for (;;) {
-        /* node-aware, after a rank died: the extra reporter (the next
+        /* after a rank died or the job was refused: the extra reporter (the next
          * block's first rank) is owed the news too, however late it comes,
          * until the deadline; else it would wait out its timeout on a root
          * that stopped serving */
-        int extra_owed = st->nranks && st->node == 1 && st->dead_text[0] && st->nrecv > st->n2send &&
+        int extra_owed = st->nranks && st->dead_text[0] && st->nrecv > st->n2send &&
                          !st->replied[st->n2send];
         if (st->nranks && st->nreplied == st->n2send && !extra_owed) {
             /* everybody answered: flush what is still queued, then end */

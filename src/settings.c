@@ -36,7 +36,7 @@ const oobx_setting_desc_t oobx__settings_table[] = {
     {"OOBX_RING_SLOT_BYTES", "65536", "slot size of a registered ring buffer", OOBX_SET_SIZE, S_(ring_slot_bytes), 256, 1ll << 24},
     {"OOBX_RING_SLOTS", "16", "slots per registered ring buffer", OOBX_SET_INT, S_(ring_slots), 2, 4096},
     {"OOBX_NODE_AWARE", "1", "1: ranks of one host share one card table in shared memory and only one leader per host trades cards with the other hosts; 0: every card travels the ring of all ranks", OOBX_SET_BOOL, S_(node_aware), 0, 0},
-    {"OOBX_NODE_AWARE_MIN", "128", "communicators of fewer ranks use the flat bootstrap even with OOBX_NODE_AWARE=1 (below this size the ring is as fast, and its answers come earlier)", OOBX_SET_INT, S_(node_aware_min), 1, OOBX_NRANKS_MAX},
+    {"OOBX_NODE_AWARE_MIN", "128", "communicators of fewer ranks use the flat bootstrap even with OOBX_NODE_AWARE=1 (below this size the ring is as fast)", OOBX_SET_INT, S_(node_aware_min), 1, OOBX_NRANKS_MAX},
     {"OOBX_HOST_ID", "", "names this rank's host for the node-aware bootstrap (ranks with the same id share memory); empty: the host name (set it for emulated hosts, or containers that share a host name but no /dev/shm)", OOBX_SET_STR, S_(host_id), 0, 0},
     {"OOBX_NODE_EXCHANGE", "bruck", "how the hosts' leaders trade init's cards and a node-aware allgather's slices: bruck (log2 of the hosts steps, each leader to the leaders 1, 2, 4... away; at init each step's partner tells the next one's address) or ring (both ways, about half the hosts hops); the same on every rank", OOBX_SET_STR, S_(node_exchange), 0, 0},
     {"OOBX_NODE_DIR", "/dev/shm", "directory of the host segments of the node-aware bootstrap (a tmpfs every rank of the host sees)", OOBX_SET_STR, S_(node_dir), 0, 0},

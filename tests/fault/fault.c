@@ -623,16 +623,19 @@ static void test_exchange_mismatch(void **state)
 /* Ranks that disagree on what the whole job shares, here whether it is
  * node-aware (ranks 0-3 node-aware, 4-7 flat): the root refuses the ranks
  * that differ from the first reporter and tells every rank still waiting,
- * and every later reporter, the same reason at once. A node-aware rank is
- * never answered before the whole block is in, so ranks 0-3 all fail
- * within 5 s naming the settings (before, when the first reporter was
- * node-aware, they waited out the timeout). A flat rank answered before
- * the refusal goes on to the ring and hears of the refused ranks' exit: at
- * once over sockets, over UCX (whose links do not tell an exit) possibly
- * only at the timeout; every init fails. */
+ * and every later reporter, the same reason at once. No rank, flat or
+ * node-aware, is answered before its whole block is in, so every rank
+ * fails within 5 s naming the settings, over UCX too (whose links do not
+ * tell a peer's exit). In the second order the node-aware ranks report
+ * 300 ms late, after the flat ones: before, a flat rank whose successor
+ * had reported was answered at once, went on to its ring and failed there
+ * on the refused ranks' exit, not naming the settings (over UCX possibly
+ * only at the timeout). */
 static int rank_job_refused(harness_rank_t *r)
 {
-    setenv("OOBX_NODE_AWARE_MIN", r->rank < r->nranks / 2 ? "2" : "1000", 1);
+    int node_aware = r->rank < r->nranks / 2;
+    setenv("OOBX_NODE_AWARE_MIN", node_aware ? "2" : "1000", 1);
+    if (node_aware && getenv("FAULT_NODE_AWARE_LATE")) usleep(300000);
     return init_must_fail(r, "OOBX_NODE_AWARE_MIN");
 }
 static void test_job_refused(void **state)
@@ -640,16 +643,24 @@ static void test_job_refused(void **state)
     (void)state;
     /* one root; then two, each block the same within but not as the
      * other: the report that stitches them is refused at both roots */
-    for (int nroots = 1; nroots <= 2; nroots++) {
-        const char *name = nroots == 1 ? "job_refused_node_aware_n8" : "job_refused_node_aware_n8_roots2";
-        int n = 8;
-        refusal_t f = run_refusal(name, n, nroots, rank_job_refused,
-                                  "set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank");
-        if (f.named < n / 2) fail_msg("%s: %d ranks named the settings, want %d at least", name, f.named, n / 2);
-        if (f.late_low)
-            fail_msg("%s: %d node-aware ranks took more than 5 s to fail (call timeout 15 s)", name, f.late_low);
-        print_message("  %s: passed in %.2f s; %d of %d ranks named the settings\n", name, f.seconds, f.named, n);
+    for (int late = 0; late <= 1; late++) {
+        if (late) setenv("FAULT_NODE_AWARE_LATE", "1", 1);
+        for (int nroots = 1; nroots <= 2; nroots++) {
+            char name[64];
+            snprintf(name, sizeof name, "job_refused_%s_n8%s", late ? "flat_first" : "node_aware",
+                     nroots == 2 ? "_roots2" : "");
+            int n = 8;
+            refusal_t f = run_refusal(name, n, nroots, rank_job_refused,
+                                      "set OOBX_NODE_AWARE and OOBX_NODE_AWARE_MIN the same on every rank");
+            if (f.named < n) fail_msg("%s: %d ranks named the settings, want all %d", name, f.named, n);
+            if (f.late)
+                fail_msg("%s: %d ranks (%d node-aware) took more than 5 s to fail (call timeout 15 s)", name, f.late,
+                         f.late_low);
+            print_message("  %s: passed in %.2f s; %d of %d ranks named the settings\n", name, f.seconds, f.named,
+                          n);
+        }
     }
+    unsetenv("FAULT_NODE_AWARE_LATE");
 }
 /* The victim (rank 0) reports and is stopped; the last rank reports 2 s
  * late, so the others spend 2 s of their 3 s in the root phase and the rest
@@ -1727,7 +1738,12 @@ static int rank_cycles(harness_rank_t *r)
     /* one-off growth (a malloc arena for a new thread, the memory of a
      * connection still closing when a sample is taken, the first barrier on
      * base after the loop) is not a leak; growth in each of the loop's three
-     * thirds is (a single spike raises one third and lowers the next) */
+     * thirds is (a single spike raises one third and lowers the next),
+     * unless it is gone once the last roots have wound down (after the
+     * barrier): over the emulated verbs device rank 0, which hosts the
+     * roots, was seen 180-220 B a cycle up in every third and 160 KB below
+     * its warm-up figure after the barrier, in one run of three, before
+     * and after the roots began to hold their answers */
     /* UCX itself keeps some memory per ucp_init/ucp_cleanup cycle (a bare
      * init, worker, endpoint, cleanup loop grows by 74-144 B per cycle with
      * UCX 1.13, more with endpoints to other processes); our own frees are
@@ -1740,7 +1756,8 @@ static int rank_cycles(harness_rank_t *r)
     if (ucx && (size_t)(third - warm) * 1024 > allow) allow = (size_t)(third - warm) * 1024;
     if (ucx && cycles < 100)
         printf("rank %d: heap not checked: UCX over %d cycles (needs 100)\n", r->rank, cycles);
-    else if (heap0 > 0 && heap_a > heap0 + allow && heap_b > heap_a + allow && heap_end > heap_b + allow)
+    else if (heap0 > 0 && heap_a > heap0 + allow && heap_b > heap_a + allow && heap_end > heap_b + allow &&
+             heap1 > heap0 + allow)
         H_FAIL(r, "heap grows with init/destroy cycles: %zu B after %d warm-up cycles, %zu B at cycle %d, %zu B at "
                   "cycle %d, %zu B after %d (%zu B per cycle)",
                heap0, warm, heap_a, third, heap_b, two_thirds, heap_end, ctl->count,
