@@ -611,11 +611,11 @@ static void take_report(root_state_t *st, int i)
     st->nin++;
     OOBX_TRACE(&st->log, "root %s: rank %d checked in (%d/%d)", st->name, r->rank, st->nin, st->nrecv);
 
+    st->waiting[local] = i;
+    c->state = RC_WAIT;
     if (st->dead_text[0]) {
         /* a rank of the block gave up or died, or the job was refused
          * (job_refused): this rank hears why */
-        st->waiting[local] = i;
-        c->state = RC_WAIT;
         answer_error(st, local);
         return;
     }
@@ -623,8 +623,6 @@ static void take_report(root_state_t *st, int i)
      * so a refusal (job_refused) or a rank that gives up reaches every rank
      * of the block before any goes on to its ring, where a peer that is gone
      * may not be noticed before the timeout (UCX) */
-    st->waiting[local] = i;
-    c->state = RC_WAIT;
     if (st->nin == st->nrecv) {
         st->t_all = oobx__now_ns();
         if (st->node) answer_groups(st);
