@@ -997,6 +997,16 @@ int oobx__ep_isend(const oobx__ep_view_t *v, int peer, uint32_t kind, uint64_t t
     }
     int rc = oobx__ep_know(ep, dst);
     if (rc == 0) rc = ep->ops->send(ep->tp, dst, &h, buf, &req->tp);
+    if (rc == OOBX_ERR_REMOTE && !ep->failed[dst]) {
+        /* the transport found the peer gone just now (UCX: its shared
+         * memory went with it): its report comes with progress, and a rank
+         * that gives up on this error must know it, to tell the others
+         * (whose links may not tell them of the peer's exit) */
+        char err[1024];
+        snprintf(err, sizeof(err), "%s", oobx_last_error());
+        ep->ops->progress(ep->tp);
+        oobx__set_last_error("%s", err);
+    }
     if (rc != 0) return rc;
     ep->talked[dst] = 1;
     ep->used[dst] = 1;
