@@ -379,33 +379,16 @@ static void init_flat_lost(struct oobx_comm *c, int next)
     oobx__set_last_error("%s", what);
 }
 
-/* The rank a root's refusal names as the origin of the job's failure, by
- * the phrases of docs/protocol.md: a rank that never checked in, a rank
- * that gave up and said why (the root passes it on), a rank that closed its
- * connection before its answer. -1: none (the refusal is this rank's own,
- * or the job's settings). */
-static int root_failure_origin(const char *t)
-{
-    static const char never[] = "never checked in: rank ", passed[] = "(passed on by rank ", said[] = ": rank ";
-    const char *p;
-    int r = -1;
-    if ((p = strstr(t, never)) && sscanf(p + sizeof(never) - 1, "%d", &r) == 1) return r;
-    if ((p = strstr(t, passed)) && sscanf(p + sizeof(passed) - 1, "%d", &r) == 1) return r;
-    if (strstr(t, "closed its connection to root") && (p = strstr(t, said)) && sscanf(p + sizeof(said) - 1, "%d", &r) == 1)
-        return r;
-    return -1;
-}
-
-/* The root gave up on a rank (it never checked in, or went before its
- * answer): the root's text names it. Ranks of other blocks, answered by
+/* The root gave up on rank r (it never checked in, or went before its
+ * answer: the refusal's origin, docs/protocol.md). Ranks of other blocks, answered by
  * their own roots, may be on their ring already, with this rank as a
  * neighbour: this rank makes that the communicator's failure and lingers
  * (the failure path), so that its ring predecessor, which connects to it
  * and sends its card first, hears the origin instead of only seeing this
  * rank go. */
-static void init_flat_unreported(struct oobx_comm *c)
+static void init_flat_unreported(struct oobx_comm *c, int r)
 {
-    int nranks = c->v.nranks, r = root_failure_origin(oobx_last_error());
+    int nranks = c->v.nranks;
     if (r < 0 || r >= nranks || r == c->v.rank || nranks < 3) return;
     char what[600];
     snprintf(what, sizeof(what), "%s", oobx_last_error());
@@ -433,9 +416,11 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     size_t next_len = 0;
     double delay = 0;
     root_client_t rcl = *rcl_in;
+    int origin = -1;
+    rcl.origin = &origin;
     int rc = oobx__root_exchange(&rcl, next_blob, &next_len, &delay);
     if (rc != 0) {
-        init_flat_unreported(c);
+        init_flat_unreported(c, origin);
         return rc;
     }
     uint64_t t_root = oobx__now_ns();

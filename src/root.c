@@ -203,9 +203,10 @@ typedef struct root_conn {
 #define ROOT_FDS_RESERVED 65536 /* descriptors a root's process holds room for (capped by its limit) */
 /* A rank waiting for its answer that gives up (another root refused it)
  * says why before it closes: u32 this marker, u32 the text's length (at
- * most OOBX_REPLY_TEXT_MAX), the text. */
+ * most OOBX_REPLY_TEXT_MAX), i32 the origin that refusal named (-1: none),
+ * the text. */
 #define ROOT_WITHDRAW_MAGIC 0x4457584fu /* "OXWD" */
-#define ROOT_WITHDRAW_HDR 8
+#define ROOT_WITHDRAW_HDR 12
 
 /* Connections that have not proved the secret are capped, per source
  * address and in all, so that a flood of them (each holds a descriptor and
@@ -245,6 +246,7 @@ typedef struct root_state {
     int node;        /* -1: not known yet; 0: flat reports; 1: node-aware (both answer once the block is in) */
     char dead_text[OOBX_REPLY_TEXT_MAX]; /* what all are told: a rank died or gave up before its answer, or the job was refused (job_refused) */
     int dead_status;                       /* its status: OOBX_ERR_REMOTE, or OOBX_ERR_MISMATCH (job_refused) */
+    int dead_origin;                       /* the rank that died or gave up; -1: the job was refused */
     uint64_t epoch;  /* node-aware: random, names this run's group segments */
     root_src_t src_tab[ROOT_SRC_SLOTS];
     int unproved;    /* connections without proof, all sources */
@@ -272,10 +274,10 @@ static void conn_close(root_state_t *st, int i)
 }
 
 /* Queues a reply on connection i and tries to send it at once. */
-static void conn_reply(root_state_t *st, int i, int status, const void *data, size_t len)
+static void conn_reply(root_state_t *st, int i, int status, int origin, const void *data, size_t len)
 {
     root_conn_t *c = &st->conns[i];
-    oobx_reply_t r = {.status = status, .len = (uint32_t)len};
+    oobx_reply_t r = {.status = status, .len = (uint32_t)len, .origin = status ? origin : -1};
     /* an answer proves the root to the rank; an error is plain text (the rank may not have proved itself) */
     size_t mac = status == 0 && c->authed ? OOBX_MAC_BYTES : 0;
     c->out = malloc(OOBX_REPLY_BYTES + mac + len);
@@ -308,12 +310,12 @@ static void conn_error(root_state_t *st, int i, int status, const char *fmt, ...
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     OOBX_WARN(&st->log, "root %s: %s", st->name, text);
-    conn_reply(st, i, status, text, strlen(text));
+    conn_reply(st, i, status, -1, text, strlen(text));
 }
 
 /* Answers local (status 0 with data, or an error text) on its connection, if
  * it still waits, and counts it as answered. */
-static void answer_with(root_state_t *st, int local, int status, const void *data, size_t len)
+static void answer_with(root_state_t *st, int local, int status, int origin, const void *data, size_t len)
 {
     int ci = st->waiting[local];
     st->waiting[local] = -1;
@@ -321,12 +323,12 @@ static void answer_with(root_state_t *st, int local, int status, const void *dat
         st->replied[local] = 1;
         if (local < st->n2send) st->nreplied++; /* the extra reporter is not one of the block's */
     }
-    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, status, data, len);
+    if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, status, origin, data, len);
 }
 
 static void answer(root_state_t *st, int local, int next)
 {
-    answer_with(st, local, 0, st->info[next], st->info_len[next]);
+    answer_with(st, local, 0, -1, st->info[next], st->info_len[next]);
 }
 
 static int next_of(const root_state_t *st, int local)
@@ -340,7 +342,7 @@ static int next_of(const root_state_t *st, int local)
 static void answer_ring(root_state_t *st)
 {
     for (int k = 0; k < st->n2send; k++) answer(st, k, next_of(st, k));
-    if (st->nrecv > st->n2send) answer_with(st, st->n2send, 0, NULL, 0);
+    if (st->nrecv > st->n2send) answer_with(st, st->n2send, 0, -1, NULL, 0);
 }
 
 /* ---- node-aware answers ---- */
@@ -390,7 +392,7 @@ static int launcher_splits(const root_member_t *m, int i, int j, int *scratch, c
  * gets dead_text (and counts as answered). */
 static void answer_error(root_state_t *st, int k)
 {
-    answer_with(st, k, st->dead_status ? st->dead_status : OOBX_ERR_REMOTE, st->dead_text, strlen(st->dead_text));
+    answer_with(st, k, st->dead_status ? st->dead_status : OOBX_ERR_REMOTE, st->dead_origin, st->dead_text, strlen(st->dead_text));
 }
 
 /* Every rank that waits for its answer gets dead_text. */
@@ -416,6 +418,7 @@ static void job_refused(root_state_t *st, int i, const char *fmt, ...)
     if (st->dead_text[0] || !st->waiting) return;
     snprintf(st->dead_text, sizeof(st->dead_text), "%s", text);
     st->dead_status = OOBX_ERR_MISMATCH;
+    st->dead_origin = -1;
     answer_error_all(st);
 }
 
@@ -505,14 +508,14 @@ static void answer_groups(root_state_t *st)
                 len += pl.next_len;
             }
             oobx__place_encode(&pl, buf);
-            answer_with(st, loc, 0, buf, len);
+            answer_with(st, loc, 0, -1, buf, len);
         }
     }
     if (st->nroots > 1) {
         /* the next block's first rank: its previous leader is this block's last */
         unsigned char last[4];
         oobx__put_u32(last, (uint32_t)(first + leaders[nleaders - 1]));
-        answer_with(st, st->n2send, 0, last, sizeof(last));
+        answer_with(st, st->n2send, 0, -1, last, sizeof(last));
     }
     OOBX_DEBUG(&st->log, "root %s: %d ranks in %d groups answered", st->name, n, nleaders);
     free(m), free(group_of), free(leaders), free(buf);
@@ -651,8 +654,9 @@ static void conn_read(root_state_t *st, int i)
             if (n > 0) {
                 if (!c->withdrawn) c->have += (size_t)n;
                 uint32_t tl = c->have >= ROOT_WITHDRAW_HDR ? oobx__get_u32(c->in + 4) : 0;
+                int32_t said_origin = c->have >= ROOT_WITHDRAW_HDR ? (int32_t)oobx__get_u32(c->in + 8) : -1;
                 if (c->withdrawn || (c->have >= 4 && oobx__get_u32(c->in) != ROOT_WITHDRAW_MAGIC) ||
-                    tl > OOBX_REPLY_TEXT_MAX) {
+                    tl > OOBX_REPLY_TEXT_MAX || said_origin < -1 || said_origin >= st->nranks) {
                     if (oobx__ratelimit_ok(&st->stray_rl))
                         OOBX_WARN(&st->log, "root %s: %s sent bytes while waiting; dropped", st->name, c->peer);
                     for (int k = 0; k < st->nrecv; k++)
@@ -668,11 +672,12 @@ static void conn_read(root_state_t *st, int i)
                 OOBX_DEBUG(&st->log, "root %s: %s closed before its answer", st->name, c->peer);
                 for (int k = 0; k < st->nrecv; k++)
                     if (st->waiting[k] == i) st->waiting[k] = -1;
-                int gone = c->rep.rank;
+                int gone = c->rep.rank, said_origin = -1;
                 char peer[sizeof(c->peer)], said[OOBX_REPLY_TEXT_MAX + 1] = "";
                 snprintf(peer, sizeof(peer), "%s", c->peer);
                 if (c->withdrawn) {
                     uint32_t tl = oobx__get_u32(c->in + 4);
+                    said_origin = (int32_t)oobx__get_u32(c->in + 8);
                     memcpy(said, c->in + ROOT_WITHDRAW_HDR, tl);
                     said[tl] = '\0';
                     for (uint32_t k = 0; k < tl; k++)
@@ -687,6 +692,8 @@ static void conn_read(root_state_t *st, int i)
                     /* (an extra reporter counts itself one past the block's
                      * last rank: rank 0 as nranks; named by its own number) */
                     int who = st->nranks > 0 ? gone % st->nranks : gone;
+                    /* the origin: the one its refusal named, else itself */
+                    st->dead_origin = said_origin >= 0 ? said_origin : who;
                     if (said[0])
                         snprintf(st->dead_text, sizeof(st->dead_text), "%.900s (passed on by rank %d, which gave up)",
                                  said, who);
@@ -737,13 +744,13 @@ static void conn_read(root_state_t *st, int i)
                          "not authenticated: %s (a wrong unique id or OOBX_JOB_KEY, or a second job on the same root "
                          "address)",
                          other ? "the connection is of another job" : "the connection does not prove this job's secret");
-                conn_reply(st, i, OOBX_ERR_MISMATCH, why, strlen(why));
+                conn_reply(st, i, OOBX_ERR_MISMATCH, -1, why, strlen(why));
                 return;
             }
             if (rc != 0) {
                 if (oobx__ratelimit_ok(&st->stray_rl))
                     OOBX_WARN(&st->log, "root %s: dropped %s: %s", st->name, c->peer, why);
-                if (rc == OOBX_ERR_MISMATCH) conn_reply(st, i, rc, why, strlen(why));
+                if (rc == OOBX_ERR_MISMATCH) conn_reply(st, i, rc, -1, why, strlen(why));
                 else conn_close(st, i);
                 return;
             }
@@ -910,7 +917,7 @@ static void compact(root_state_t *st)
 static void fail_waiting(root_state_t *st)
 {
     char text[OOBX_REPLY_TEXT_MAX];
-    int off = 0, nmiss = 0;
+    int off = 0, nmiss = 0, origin = -1; /* the first that never checked in */
     int first = st->nranks ? oobx__root_first_rank(st->iroot, st->nranks, st->nroots) : 0;
     if (st->nranks == 0) {
         off = snprintf(text, sizeof(text), "root %s timed out before any rank reported", st->name);
@@ -921,14 +928,14 @@ static void fail_waiting(root_state_t *st)
             if (st->info[k]) continue;
             int r = (first + k) % st->nranks;
             off += snprintf(text + off, sizeof(text) - (size_t)off, "%s rank %d", nmiss ? "," : "", r);
-            nmiss++;
+            if (!nmiss++) origin = r;
         }
         if (nmiss == 0) snprintf(text + off, sizeof(text) - (size_t)off, " none");
     }
     OOBX_WARN(&st->log, "%s", text);
     for (int k = 0; k < st->nrecv; k++) {
         int ci = st->waiting[k];
-        if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, OOBX_ERR_TIMEOUT, text, strlen(text));
+        if (ci >= 0 && st->conns[ci].fd >= 0) conn_reply(st, ci, OOBX_ERR_TIMEOUT, origin, text, strlen(text));
         st->waiting[k] = -1;
     }
 }
@@ -1038,6 +1045,7 @@ static int root_launch(int listen_fd, const oobx_sockaddr_t *addr, uint64_t magi
     st->magic = magic;
     memcpy(st->secret, secret, OOBX_SECRET_BYTES);
     st->node = -1;
+    st->dead_origin = -1;
     st->epoch = oobx__random64();
     /* a tenth (at most 2 s) before the ranks give up, so that its "never
      * checked in" reaches them while they still wait */
@@ -1304,9 +1312,9 @@ static int report_to(const root_client_t *c, int iroot, int as_rank, int type, i
 }
 
 /* Reads a reply; status 0 fills out (cap bytes) and out_len, an error reply
- * becomes why (and its text alone, raw, when not NULL). */
+ * becomes why (and its text alone, raw, and its origin rank, when not NULL). */
 static int read_reply(const root_client_t *c, int iroot, int fd, const oobx_auth_t *auth, void *out, size_t cap,
-                      size_t *out_len, char *why, size_t whylen, char *raw, size_t rawlen)
+                      size_t *out_len, char *why, size_t whylen, char *raw, size_t rawlen, int *origin)
 {
     char name[96], sub[512];
     oobx__sock_addr_format(&c->roots[iroot].addr, name, sizeof(name));
@@ -1357,6 +1365,7 @@ static int read_reply(const root_client_t *c, int iroot, int fd, const oobx_auth
         text[r.len] = '\0';
         snprintf(why, whylen, "root %d at %s refused rank %d: %s", iroot, name, c->rank, text);
         if (raw) snprintf(raw, rawlen, "%s", text);
+        if (origin) *origin = r.origin;
         return r.status;
     }
     if (out_len) *out_len = r.len;
@@ -1366,7 +1375,7 @@ static int read_reply(const root_client_t *c, int iroot, int fd, const oobx_auth
 /* Tells a root that waits to answer this rank that it gives up, and why
  * (the withdraw notice, above), and ends its side of the connection; the
  * caller reads what the root still sends, or closes. */
-static void withdraw_notice(int fd, const char *text)
+static void withdraw_notice(int fd, const char *text, int origin)
 {
     if (fd < 0) return;
     unsigned char b[ROOT_WITHDRAW_HDR + OOBX_REPLY_TEXT_MAX];
@@ -1374,16 +1383,17 @@ static void withdraw_notice(int fd, const char *text)
     if (tl > OOBX_REPLY_TEXT_MAX) tl = OOBX_REPLY_TEXT_MAX;
     oobx__put_u32(b, ROOT_WITHDRAW_MAGIC);
     oobx__put_u32(b + 4, (uint32_t)tl);
+    oobx__put_u32(b + 8, (uint32_t)origin);
     memcpy(b + ROOT_WITHDRAW_HDR, text, tl);
     /* a few hundred bytes into a socket buffer that holds only the report: one call */
     (void)!send(fd, b, ROOT_WITHDRAW_HDR + tl, MSG_NOSIGNAL | MSG_DONTWAIT);
     shutdown(fd, SHUT_WR);
 }
 
-static void withdraw(int fd, const char *text)
+static void withdraw(int fd, const char *text, int origin)
 {
     if (fd < 0) return;
-    withdraw_notice(fd, text);
+    withdraw_notice(fd, text, origin);
     close(fd);
 }
 
@@ -1394,6 +1404,7 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
                     size_t ecap, size_t *elen, double *delay_s)
 {
     char why[1400];
+    if (c->origin) *c->origin = -1;
     int myroot = oobx__root_of_rank(c->rank, c->nranks, c->nroots);
     int local = oobx__root_local_id(c->rank, myroot, c->nranks, c->nroots);
     int block = oobx__root_nranks(myroot, c->nranks, c->nroots);
@@ -1425,7 +1436,7 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
         iroots[1] = oobx__root_of_rank(prev_rank, c->nranks, c->nroots);
         rc = report_to(c, iroots[1], prev_rank + 1, extra_type, &fds[1], &auths[1], why, sizeof(why));
         if (rc != 0) {
-            withdraw(fds[0], why);
+            withdraw(fds[0], why, -1);
             return oobx__fail(c->log, rc, "%s", why);
         }
     }
@@ -1448,9 +1459,12 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
             /* cancelled or past the deadline: read_reply says so, naming the root */
             if (!cs && !p[j].revents) continue;
             char raw[OOBX_REPLY_TEXT_MAX + 1] = "";
-            rc = k == 0 ? read_reply(c, iroots[0], fds[0], &auths[0], out, cap, len, why, sizeof(why), raw, sizeof(raw))
+            int org = -1;
+            rc = k == 0 ? read_reply(c, iroots[0], fds[0], &auths[0], out, cap, len, why, sizeof(why), raw, sizeof(raw),
+                                     &org)
                         : read_reply(c, iroots[1], fds[1], &auths[1], eout, ecap, elen, why, sizeof(why), raw,
-                                     sizeof(raw));
+                                     sizeof(raw), &org);
+            if (rc != 0 && c->origin) *c->origin = org;
             close(fds[k]);
             fds[k] = -1;
             if (rc != 0 && k == 1 && fds[0] >= 0) {
@@ -1458,21 +1472,21 @@ static int exchange(const root_client_t *c, int type, int extra_type, void *out,
                  * had answered already (the block placed), that answer comes
                  * before its close, and *len says so to the caller (the
                  * host's ranks wait for this rank and must be told) */
-                withdraw_notice(fds[0], raw[0] ? raw : why);
+                withdraw_notice(fds[0], raw[0] ? raw : why, org);
                 oobx_cancel_t brief = c->cancel ? *c->cancel : (oobx_cancel_t){.deadline_ns = UINT64_MAX};
                 uint64_t soon = oobx__deadline(1000);
                 if (soon < brief.deadline_ns) brief.deadline_ns = soon;
                 root_client_t cb = *c;
                 cb.cancel = &brief;
                 char why2[600];
-                if (read_reply(&cb, iroots[0], fds[0], &auths[0], out, cap, len, why2, sizeof(why2), NULL, 0) != 0)
+                if (read_reply(&cb, iroots[0], fds[0], &auths[0], out, cap, len, why2, sizeof(why2), NULL, 0, NULL) != 0)
                     *len = 0;
                 close(fds[0]);
                 return oobx__fail(c->log, rc, "%s", why);
             }
             if (rc != 0) {
                 if (k == 0 && len) *len = 0; /* (an answer of the own root read before stays: see above) */
-                if (fds[1 - k] >= 0) withdraw(fds[1 - k], raw[0] ? raw : why);
+                if (fds[1 - k] >= 0) withdraw(fds[1 - k], raw[0] ? raw : why, org);
                 return oobx__fail(c->log, rc, "%s", why);
             }
             break; /* poll again for the other */

@@ -68,6 +68,8 @@ typedef struct root_client {
     const oobx_settings_t *settings;
     const oobx_log_t *log;
     const oobx_cancel_t *cancel;
+    int *origin; /* when not NULL, the exchange sets it: the rank a root's refusal names as its origin (one that
+                    never checked in, gave up or closed its connection), -1 for none */
 } root_client_t;
 
 /* Reports to the root(s) and waits for the ring successor's address.

@@ -132,6 +132,7 @@ void oobx__reply_encode(const oobx_reply_t *r, unsigned char out[OOBX_REPLY_BYTE
 {
     oobx__put_u32(out, (uint32_t)r->status);
     oobx__put_u32(out + 4, r->len);
+    oobx__put_u32(out + 8, (uint32_t)r->origin);
 }
 
 int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, char *why, size_t whylen)
@@ -140,6 +141,7 @@ int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, cha
     oobx_reply_t v;
     v.status = (int32_t)oobx__get_u32(in);
     v.len = oobx__get_u32(in + 4);
+    v.origin = (int32_t)oobx__get_u32(in + 8);
     if (v.status > 0 || v.status < OOBX_ERR_INTERNAL) {
         snprintf(why, whylen, "root reply with unknown status %d", v.status);
         return OOBX_ERR_PROTOCOL;
@@ -150,6 +152,10 @@ int oobx__reply_decode(const unsigned char *in, size_t len, oobx_reply_t *r, cha
     }
     if (v.status < 0 && v.len > OOBX_REPLY_TEXT_MAX) {
         snprintf(why, whylen, "root error reply of %u bytes (at most %d)", v.len, OOBX_REPLY_TEXT_MAX);
+        return OOBX_ERR_PROTOCOL;
+    }
+    if (v.origin < -1 || v.origin >= OOBX_NRANKS_MAX || (v.status == 0 && v.origin != -1)) {
+        snprintf(why, whylen, "root reply of status %d naming rank %d as the origin", v.status, v.origin);
         return OOBX_ERR_PROTOCOL;
     }
     *r = v;

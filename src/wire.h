@@ -12,7 +12,8 @@
 
 #define OOBX_WIRE_MAGIC 0x5842304fu /* "O0BX" read as little-endian bytes 4f 30 42 58 */
 #define OOBX_NRANKS_MAX (1 << 22) /* the most ranks a job may have on the wire */
-#define OOBX_WIRE_VERSION 2 /* 2: node-aware root reports (HELLO_ROOT_NODE*) and placements */
+#define OOBX_WIRE_VERSION 3 /* 2: node-aware root reports (HELLO_ROOT_NODE*) and placements; 3: the origin
+                              of a refusal in the root's reply */
 
 enum {
     OOBX_HELLO_ROOT = 1,       /* rank -> root: a report follows */
@@ -51,10 +52,13 @@ typedef struct oobx_report {
 } oobx_report_t;
 #define OOBX_WAIT_FOREVER 0xffffffffu
 
-#define OOBX_REPLY_BYTES 8
+#define OOBX_REPLY_BYTES 12
 typedef struct oobx_reply {
     int32_t status;   /* 0: the next rank's blob follows (none: an acknowledgement); < 0: an error text follows */
     uint32_t len;
+    int32_t origin;   /* an error: the rank whose going or silence made the root refuse (it never checked in,
+                         gave up, closed its connection), -1 when none did (the job's settings, this rank's own
+                         report); an answer: -1 */
 } oobx_reply_t;
 #define OOBX_REPLY_TEXT_MAX 1024
 

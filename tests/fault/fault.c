@@ -867,6 +867,10 @@ static void put64(unsigned char *p, uint64_t v)
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* The wire version the library speaks (docs/protocol.md); a hello of another
+ * is refused for its version before its proof is looked at. */
+#define WIRE_VERSION 3
+
 /* The documented hello layout (docs/protocol.md), written by hand here. */
 static void hello_bytes(unsigned char *b, uint32_t proto, uint16_t version, uint16_t type, uint64_t magic, int rank,
                         int nranks)
@@ -973,7 +977,7 @@ static int proto_attack(stray_t *s, int family, unsigned port, int type, int cla
     if (fd < 0) return 0;
     unsigned char b[512], in[2048];
     memset(b, 0, sizeof b);
-    hello_bytes(b, 0x5842304fu, 2, (uint16_t)type, s->magic, claim, type == 3 ? 8 : 100000000);
+    hello_bytes(b, 0x5842304fu, WIRE_VERSION, (uint16_t)type, s->magic, claim, type == 3 ? 8 : 100000000);
     for (int i = 32; i < 80; i++) b[i] = (unsigned char)(i * 131 + claim); /* nonce and a forged mac */
     size_t len = 80;
     if (type == 3) {

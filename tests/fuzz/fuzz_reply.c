@@ -14,6 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(r.status <= 0, "status %d", r.status);
         FUZZ_ASSERT(r.status < 0 ? r.len <= OOBX_REPLY_TEXT_MAX : r.len <= OOBX_PLACE_MAX(OOBX_NRANKS_MAX), "len %u for status %d",
                     r.len, r.status);
+        FUZZ_ASSERT(r.origin >= -1 && r.origin < OOBX_NRANKS_MAX && (r.status < 0 || r.origin == -1),
+                    "origin %d for status %d", r.origin, r.status);
         unsigned char out[OOBX_REPLY_BYTES];
         oobx__reply_encode(&r, out);
         FUZZ_ASSERT(memcmp(out, data, OOBX_REPLY_BYTES) == 0, "reply does not survive decode and encode");

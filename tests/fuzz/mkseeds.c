@@ -71,13 +71,18 @@ static void reports(void)
 static void replies(void)
 {
     unsigned char b[OOBX_REPLY_BYTES];
-    oobx_reply_t r = {.status = 0, .len = 28};
+    oobx_reply_t r = {.status = 0, .len = 28, .origin = -1};
     oobx__reply_encode(&r, b);
     put("reply", "ok", b, sizeof b);
     r.status = OOBX_ERR_MISMATCH;
     r.len = 100;
     oobx__reply_encode(&r, b);
     put("reply", "error", b, sizeof b);
+    r.status = OOBX_ERR_TIMEOUT;
+    r.origin = 12;
+    oobx__reply_encode(&r, b);
+    put("reply", "origin", b, sizeof b);
+    r.origin = -1;
     r.status = 0;
     r.len = 0;
     oobx__reply_encode(&r, b);

@@ -1,5 +1,6 @@
 /* Unit tests of the multi-root block formulas (src/root.c) against brute
- * force, of the unique id encoding, and of a root's room for descriptors. */
+ * force, of the unique id encoding, of a root's room for descriptors, and of
+ * the origin a root's refusal names (docs/protocol.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <arpa/inet.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -16,6 +19,7 @@
 
 #include "oobx.h"
 #include "root.h"
+#include "util.h"
 
 /* The blocks built one rank at a time: the first nranks % nroots roots serve
  * nranks / nroots + 1 ranks, the others nranks / nroots, in rank order. */
@@ -191,6 +195,145 @@ static void test_root_reserves_descriptors(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* ---- the origin of a refusal ---- */
+
+typedef struct origin_client {
+    int rank, nranks, nroots;
+    const root_handle_t *roots;
+    const oobx_settings_t *s;
+    double start_s;                /* after this many seconds */
+    int timeout_ms;                /* 0: 20 s */
+    volatile uint32_t abort_flag;  /* set: the rank gives up (closes without a word) */
+    int rc, origin;
+    char err[1024];
+    pthread_t th;
+} origin_client_t;
+
+static void *origin_client_main(void *arg)
+{
+    origin_client_t *o = arg;
+    if (o->start_s > 0) usleep((useconds_t)(o->start_s * 1e6));
+    unsigned char blob[16] = {(unsigned char)o->rank};
+    oobx_cancel_t cancel = {.deadline_ns = oobx__deadline(o->timeout_ms ? o->timeout_ms : 20000),
+                            .user_abort = &o->abort_flag};
+    oobx_log_t quiet = {.level = OOBX_LOG_NONE, .fp = stderr}; /* the refusals are the test's to judge */
+    root_client_t c = {.rank = o->rank, .nranks = o->nranks, .nroots = o->nroots, .roots = o->roots, .tpid = 1,
+                       .blob = blob, .blob_len = sizeof(blob), .settings = o->s, .log = &quiet, .cancel = &cancel,
+                       .origin = &o->origin};
+    unsigned char next[OOBX_ADDR_MAX];
+    size_t len = 0;
+    double delay = 0;
+    o->origin = -7; /* the exchange must set it */
+    o->rc = oobx__root_exchange(&c, next, &len, &delay);
+    snprintf(o->err, sizeof(o->err), "%s", o->rc ? oobx_last_error() : "");
+    return NULL;
+}
+
+/* Starts nroots roots, root i with timeout_ms[i]. */
+static void origin_roots(int nroots, const int *timeout_ms, oobx_settings_t *rs, root_handle_t *h)
+{
+    for (int i = 0; i < nroots; i++) {
+        assert_int_equal(oobx__settings_load(&rs[i], NULL), 0);
+        rs[i].timeout_ms = timeout_ms[i];
+        rs[i].log_level = OOBX_LOG_NONE;
+        oobx_sockaddr_t a;
+        char why[256];
+        assert_int_equal(oobx__sock_addr_parse("127.0.0.1:0", AF_INET, &a, why, sizeof why), 0);
+        unsigned char secret[16];
+        for (int k = 0; k < 16; k++) secret[k] = (unsigned char)(k * 29 + i);
+        int rc = oobx__root_start(&a, 0x4f524947494e00ull + (uint64_t)i, secret, &rs[i], &h[i], why, sizeof why);
+        if (rc != 0) fail_msg("root %d: %s", i, why);
+    }
+}
+
+static void origin_join(origin_client_t *o, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (o[i].rank >= 0) pthread_join(o[i].th, NULL);
+}
+
+/* One root, three ranks; rank 2 never checks in: at its deadline (90 % of
+ * the ranks' 3 s) the root refuses both others with OOBX_ERR_TIMEOUT, naming
+ * rank 2 as the origin. */
+static void test_origin_never_checked_in(void **state)
+{
+    (void)state;
+    oobx_settings_t rs[1], cs;
+    root_handle_t h[1];
+    origin_roots(1, (const int[]){20000}, rs, h);
+    assert_int_equal(oobx__settings_load(&cs, NULL), 0);
+    origin_client_t o[3] = {{.rank = 0, .timeout_ms = 3000}, {.rank = 1, .timeout_ms = 3000}, {.rank = -1}};
+    for (int i = 0; i < 2; i++) {
+        o[i].nranks = 3, o[i].nroots = 1, o[i].roots = h, o[i].s = &cs;
+        assert_int_equal(pthread_create(&o[i].th, NULL, origin_client_main, &o[i]), 0);
+    }
+    origin_join(o, 3);
+    for (int i = 0; i < 2; i++) {
+        if (o[i].rc != OOBX_ERR_TIMEOUT || o[i].origin != 2)
+            fail_msg("rank %d: %s, origin %d; want OOBX_ERR_TIMEOUT, origin 2", i, oobx_error_name(o[i].rc),
+                     o[i].origin);
+    }
+    oobx__root_registry_reap(0, 2000);
+}
+
+/* One root, three ranks; rank 2 reports, then gives up and closes without
+ * a word: rank 0, waiting, and rank 1, reporting later, are refused with
+ * OOBX_ERR_REMOTE naming rank 2 as the origin. */
+static void test_origin_closed(void **state)
+{
+    (void)state;
+    oobx_settings_t rs[1], cs;
+    root_handle_t h[1];
+    origin_roots(1, (const int[]){20000}, rs, h);
+    assert_int_equal(oobx__settings_load(&cs, NULL), 0);
+    origin_client_t o[3] = {{.rank = 0}, {.rank = 1, .start_s = 0.6}, {.rank = 2}};
+    for (int i = 0; i < 3; i++) {
+        o[i].nranks = 3, o[i].nroots = 1, o[i].roots = h, o[i].s = &cs;
+        assert_int_equal(pthread_create(&o[i].th, NULL, origin_client_main, &o[i]), 0);
+    }
+    usleep(300000);
+    o[2].abort_flag = 1;
+    origin_join(o, 3);
+    if (o[2].rc != OOBX_ERR_ABORTED) fail_msg("rank 2: %s; want OOBX_ERR_ABORTED", oobx_error_name(o[2].rc));
+    for (int i = 0; i < 2; i++) {
+        if (o[i].rc != OOBX_ERR_REMOTE || o[i].origin != 2)
+            fail_msg("rank %d: %s, origin %d; want OOBX_ERR_REMOTE, origin 2", i, oobx_error_name(o[i].rc),
+                     o[i].origin);
+    }
+    oobx__root_registry_reap(0, 2000);
+}
+
+/* Two roots, four ranks: root 0 serves ranks 0-1, root 1 ranks 2-3, and the
+ * first rank of each block also reports to the other root. Rank 3 reports,
+ * then gives up without a word: root 1 refuses rank 2 naming rank 3, and
+ * rank 2 withdraws from root 0 with that origin. Ranks 0 and 1, reporting
+ * later, are refused naming rank 3, not rank 2, which only passed it on. */
+static void test_origin_passed_on(void **state)
+{
+    (void)state;
+    oobx_settings_t rs[2], cs;
+    root_handle_t h[2];
+    origin_roots(2, (const int[]){20000, 20000}, rs, h);
+    assert_int_equal(oobx__settings_load(&cs, NULL), 0);
+    origin_client_t o[4] = {{.rank = 0, .start_s = 0.6}, {.rank = 1, .start_s = 0.6}, {.rank = 2}, {.rank = 3}};
+    for (int i = 0; i < 4; i++) {
+        o[i].nranks = 4, o[i].nroots = 2, o[i].roots = h, o[i].s = &cs;
+        assert_int_equal(pthread_create(&o[i].th, NULL, origin_client_main, &o[i]), 0);
+    }
+    usleep(300000);
+    o[3].abort_flag = 1;
+    origin_join(o, 4);
+    if (o[3].rc != OOBX_ERR_ABORTED) fail_msg("rank 3: %s; want OOBX_ERR_ABORTED", oobx_error_name(o[3].rc));
+    for (int i = 0; i < 3; i++) {
+        if (o[i].rc != OOBX_ERR_REMOTE || o[i].origin != 3)
+            fail_msg("rank %d: %s, origin %d; want OOBX_ERR_REMOTE, origin 3: %s", i, oobx_error_name(o[i].rc),
+                     o[i].origin, o[i].err);
+        if (i < 2 && !strstr(o[i].err, "passed on by rank 2"))
+            fail_msg("rank %d: the refusal does not say that rank 2 passed it on: %s", i, o[i].err);
+    }
+    oobx__root_registry_reap(0, 2000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +341,9 @@ int main(void)
         cmocka_unit_test(test_blocks_tile),
         cmocka_unit_test(test_unique_id_round_trip),
         cmocka_unit_test(test_unique_id_rejects),
+        cmocka_unit_test(test_origin_never_checked_in),
+        cmocka_unit_test(test_origin_closed),
+        cmocka_unit_test(test_origin_passed_on),
         cmocka_unit_test(test_root_reserves_descriptors),
     };
     return cmocka_run_group_tests_name("root", tests, NULL, NULL);

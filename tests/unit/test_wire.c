@@ -149,13 +149,28 @@ static void test_reply(void **state)
     char why[256];
     le32(b, 0);
     le32(b + 4, 100);
+    le32(b + 8, (uint32_t)-1);
     assert_int_equal(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, why, sizeof why), 0);
     assert_int_equal(r.status, 0);
     assert_int_equal(r.len, 100);
+    assert_int_equal(r.origin, -1);
+    le32(b + 8, 7); /* an answer names no origin */
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, (uint32_t)OOBX_ERR_MISMATCH);
     le32(b + 4, 50);
+    le32(b + 8, (uint32_t)-1);
     assert_int_equal(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, why, sizeof why), 0);
     assert_int_equal(r.status, OOBX_ERR_MISMATCH);
+    assert_int_equal(r.origin, -1);
+    le32(b, (uint32_t)OOBX_ERR_TIMEOUT); /* a refusal that names the rank that never checked in */
+    le32(b + 8, 4095);
+    assert_int_equal(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, why, sizeof why), 0);
+    assert_int_equal(r.origin, 4095);
+    le32(b + 8, (uint32_t)-2);
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+    le32(b + 8, (uint32_t)OOBX_NRANKS_MAX);
+    EXPECT_REJECT(oobx__reply_decode(b, OOBX_REPLY_BYTES, &r, WHY), r, OOBX_ERR_PROTOCOL);
+    le32(b + 8, (uint32_t)-1);
     for (size_t len = 0; len < OOBX_REPLY_BYTES; len++)
         EXPECT_REJECT(oobx__reply_decode(b, len, &r, WHY), r, OOBX_ERR_PROTOCOL);
     le32(b, 1);
