@@ -1,12 +1,28 @@
 #!/bin/bash
-# Paired runs on the GPU host: first contact and 64-rank start-up, pre-auth
-# build (2931913, .dev/old) against this one; start-up at scale, the lazy
-# build (859cc3f, .dev/lazy) against this one. One JSON line per run.
-# PAIR_PARTS (default "fc scale") picks the parts (also "b64": 64-rank
-# start-up alone); PAIR_BASE (default lazy) names the baseline build of the
-# scale and b64 parts.
+# Paired start-up runs, a baseline build against a new one in turn: first
+# contact and 64-rank start-up (part fc), 64-rank start-up alone (b64), and
+# start-up at 4096 ranks on one host and 10,240 on 16 (scale). One line per
+# run, "PART build {OOBX_BOOT_RESULT json}", then each part and build's
+# min / median / max boot seconds.
+#
+# In the GPU host's bundle (.dev, the script copied there): the new build is
+# the bundle, the baselines its subfolders (.dev/old, .dev/lazy):
+#   PAIR_PARTS=scale PAIR_BASE=old bash .dev/pair.sh
+# Here, two build folders (a worktree of the old revision built with make):
+#   PAIR_PARTS=b64 PAIR_BASE=/tmp/oldwt/build PAIR_NEW=build bash docs/perf/scale/pair.sh
+# PAIR_PARTS: default "fc scale". PAIR_BASE: a folder, or a name under the
+# script's folder (default lazy; fc always compares against "old" there).
+# PAIR_NEW: default the script's folder. PAIR_ROUNDS: rounds of fc and b64
+# (8); scale runs 3. OOBX_TRANSPORT: default socket.
 D=$(cd "$(dirname "$0")" && pwd)
-export OOBX_TRANSPORT=socket OOBX_SOCKET_IFNAME=lo
+export OOBX_TRANSPORT=${OOBX_TRANSPORT:-socket} OOBX_SOCKET_IFNAME=${OOBX_SOCKET_IFNAME:-lo}
+dir() { # a build's folder: a path, or a name under $D ("new": PAIR_NEW)
+  case $1 in
+    new) echo "${PAIR_NEW:-$D}" ;;
+    */*) echo "$1" ;;
+    *) echo "$D/$1" ;;
+  esac
+}
 libs() { # dir: its own liboobx first
   export LD_LIBRARY_PATH=$1/lib:$D/lib
 }
@@ -25,20 +41,39 @@ fc() { # dir n
   libs $1
   $1/bin/oobx-run -n $2 -- $1/bin/oobx-first-contact 2>&1 | grep -o '{.*}' | tail -1
 }
-parts=${PAIR_PARTS:-fc scale} base=${PAIR_BASE:-lazy}
-[[ " $parts " == *" fc "* ]] && for i in 1 2 3 4 5 6 7 8; do
-  for v in old new; do d=$D/$v; [ $v = new ] && d=$D
+parts=${PAIR_PARTS:-fc scale} base=${PAIR_BASE:-lazy} rounds=${PAIR_ROUNDS:-8}
+out=$(mktemp)
+{
+[[ " $parts " == *" fc "* ]] && for i in $(seq $rounds); do
+  for v in old new; do d=$(dir $v)
     echo "FC64 $v $(fc $d 64)"; echo "FC16 $v $(fc $d 16)"; echo "B64 $v $(boot $d 64 1 1)"
   done
 done
-[[ " $parts " == *" b64 "* ]] && for i in 1 2 3 4 5 6 7 8; do
-  for v in $base new; do d=$D/$v; [ $v = new ] && d=$D
+[[ " $parts " == *" b64 "* ]] && for i in $(seq $rounds); do
+  for v in $base new; do d=$(dir $v)
     echo "B64 $v $(boot $d 64 1 1)"
   done
 done
 [[ " $parts " == *" scale "* ]] && for i in 1 2 3; do
-  for v in $base new; do d=$D/$v; [ $v = new ] && d=$D
+  for v in $base new; do d=$(dir $v)
     echo "S4096 $v $(boot $d 4096 16 1)"
     echo "S10240 $v $(boot $d 10240 16 16)"
   done
 done
+} | tee "$out"
+python3 - "$out" <<'PY'
+import json, sys, statistics as st
+runs = {}
+for line in open(sys.argv[1]):
+    part, build, rest = (line.rstrip("\n").split(" ", 2) + ["", ""])[:3]
+    try:
+        v = json.loads(rest).get("boot_s")
+    except ValueError:
+        v = None
+    if isinstance(v, (int, float)):
+        runs.setdefault((part, build), []).append(float(v))
+for (part, build), s in sorted(runs.items()):
+    s.sort()
+    print("# %s %s: %d runs, boot_s min %.4f median %.4f max %.4f" % (part, build, len(s), s[0], st.median(s), s[-1]))
+PY
+rm -f "$out"
