@@ -229,12 +229,17 @@ static void *origin_client_main(void *arg)
     return NULL;
 }
 
-/* Starts nroots roots, root i with timeout_ms[i]. */
-static void origin_roots(int nroots, const int *timeout_ms, oobx_settings_t *rs, root_handle_t *h)
+/* Runs a job of nranks over nroots roots (each with a 20 s timeout) whose
+ * ranks are o[0 .. nranks - 1], those of rank -1 never starting; o[quit],
+ * if quit >= 0, gives up 0.3 s in (OOBX_ERR_ABORTED, checked here). */
+static void origin_job(int nranks, int nroots, origin_client_t *o, int quit)
 {
+    oobx_settings_t rs[2], cs;
+    root_handle_t h[2];
+    assert_true(nroots <= 2);
     for (int i = 0; i < nroots; i++) {
         assert_int_equal(oobx__settings_load(&rs[i], NULL), 0);
-        rs[i].timeout_ms = timeout_ms[i];
+        rs[i].timeout_ms = 20000;
         rs[i].log_level = OOBX_LOG_NONE;
         oobx_sockaddr_t a;
         char why[256];
@@ -244,12 +249,30 @@ static void origin_roots(int nroots, const int *timeout_ms, oobx_settings_t *rs,
         int rc = oobx__root_start(&a, 0x4f524947494e00ull + (uint64_t)i, secret, &rs[i], &h[i], why, sizeof why);
         if (rc != 0) fail_msg("root %d: %s", i, why);
     }
+    assert_int_equal(oobx__settings_load(&cs, NULL), 0);
+    for (int i = 0; i < nranks; i++) {
+        if (o[i].rank < 0) continue;
+        o[i].nranks = nranks, o[i].nroots = nroots, o[i].roots = h, o[i].s = &cs;
+        assert_int_equal(pthread_create(&o[i].th, NULL, origin_client_main, &o[i]), 0);
+    }
+    if (quit >= 0) {
+        usleep(300000);
+        o[quit].abort_flag = 1;
+    }
+    for (int i = 0; i < nranks; i++)
+        if (o[i].rank >= 0) pthread_join(o[i].th, NULL);
+    oobx__root_registry_reap(0, 2000);
+    if (quit >= 0 && o[quit].rc != OOBX_ERR_ABORTED)
+        fail_msg("rank %d: %s; want OOBX_ERR_ABORTED", quit, oobx_error_name(o[quit].rc));
 }
 
-static void origin_join(origin_client_t *o, int n)
+/* Ranks 0 .. n - 1 were refused with status, naming origin. */
+static void origin_expect(const origin_client_t *o, int n, int status, int origin)
 {
     for (int i = 0; i < n; i++)
-        if (o[i].rank >= 0) pthread_join(o[i].th, NULL);
+        if (o[i].rc != status || o[i].origin != origin)
+            fail_msg("rank %d: %s, origin %d; want %s, origin %d: %s", i, oobx_error_name(o[i].rc), o[i].origin,
+                     oobx_error_name(status), origin, o[i].err);
 }
 
 /* One root, three ranks; rank 2 never checks in: at its deadline (90 % of
@@ -258,22 +281,9 @@ static void origin_join(origin_client_t *o, int n)
 static void test_origin_never_checked_in(void **state)
 {
     (void)state;
-    oobx_settings_t rs[1], cs;
-    root_handle_t h[1];
-    origin_roots(1, (const int[]){20000}, rs, h);
-    assert_int_equal(oobx__settings_load(&cs, NULL), 0);
     origin_client_t o[3] = {{.rank = 0, .timeout_ms = 3000}, {.rank = 1, .timeout_ms = 3000}, {.rank = -1}};
-    for (int i = 0; i < 2; i++) {
-        o[i].nranks = 3, o[i].nroots = 1, o[i].roots = h, o[i].s = &cs;
-        assert_int_equal(pthread_create(&o[i].th, NULL, origin_client_main, &o[i]), 0);
-    }
-    origin_join(o, 3);
-    for (int i = 0; i < 2; i++) {
-        if (o[i].rc != OOBX_ERR_TIMEOUT || o[i].origin != 2)
-            fail_msg("rank %d: %s, origin %d; want OOBX_ERR_TIMEOUT, origin 2", i, oobx_error_name(o[i].rc),
-                     o[i].origin);
-    }
-    oobx__root_registry_reap(0, 2000);
+    origin_job(3, 1, o, -1);
+    origin_expect(o, 2, OOBX_ERR_TIMEOUT, 2);
 }
 
 /* One root, three ranks; rank 2 reports, then gives up and closes without
@@ -282,25 +292,9 @@ static void test_origin_never_checked_in(void **state)
 static void test_origin_closed(void **state)
 {
     (void)state;
-    oobx_settings_t rs[1], cs;
-    root_handle_t h[1];
-    origin_roots(1, (const int[]){20000}, rs, h);
-    assert_int_equal(oobx__settings_load(&cs, NULL), 0);
     origin_client_t o[3] = {{.rank = 0}, {.rank = 1, .start_s = 0.6}, {.rank = 2}};
-    for (int i = 0; i < 3; i++) {
-        o[i].nranks = 3, o[i].nroots = 1, o[i].roots = h, o[i].s = &cs;
-        assert_int_equal(pthread_create(&o[i].th, NULL, origin_client_main, &o[i]), 0);
-    }
-    usleep(300000);
-    o[2].abort_flag = 1;
-    origin_join(o, 3);
-    if (o[2].rc != OOBX_ERR_ABORTED) fail_msg("rank 2: %s; want OOBX_ERR_ABORTED", oobx_error_name(o[2].rc));
-    for (int i = 0; i < 2; i++) {
-        if (o[i].rc != OOBX_ERR_REMOTE || o[i].origin != 2)
-            fail_msg("rank %d: %s, origin %d; want OOBX_ERR_REMOTE, origin 2", i, oobx_error_name(o[i].rc),
-                     o[i].origin);
-    }
-    oobx__root_registry_reap(0, 2000);
+    origin_job(3, 1, o, 2);
+    origin_expect(o, 2, OOBX_ERR_REMOTE, 2);
 }
 
 /* Two roots, four ranks: root 0 serves ranks 0-1, root 1 ranks 2-3, and the
@@ -311,27 +305,12 @@ static void test_origin_closed(void **state)
 static void test_origin_passed_on(void **state)
 {
     (void)state;
-    oobx_settings_t rs[2], cs;
-    root_handle_t h[2];
-    origin_roots(2, (const int[]){20000, 20000}, rs, h);
-    assert_int_equal(oobx__settings_load(&cs, NULL), 0);
     origin_client_t o[4] = {{.rank = 0, .start_s = 0.6}, {.rank = 1, .start_s = 0.6}, {.rank = 2}, {.rank = 3}};
-    for (int i = 0; i < 4; i++) {
-        o[i].nranks = 4, o[i].nroots = 2, o[i].roots = h, o[i].s = &cs;
-        assert_int_equal(pthread_create(&o[i].th, NULL, origin_client_main, &o[i]), 0);
-    }
-    usleep(300000);
-    o[3].abort_flag = 1;
-    origin_join(o, 4);
-    if (o[3].rc != OOBX_ERR_ABORTED) fail_msg("rank 3: %s; want OOBX_ERR_ABORTED", oobx_error_name(o[3].rc));
-    for (int i = 0; i < 3; i++) {
-        if (o[i].rc != OOBX_ERR_REMOTE || o[i].origin != 3)
-            fail_msg("rank %d: %s, origin %d; want OOBX_ERR_REMOTE, origin 3: %s", i, oobx_error_name(o[i].rc),
-                     o[i].origin, o[i].err);
-        if (i < 2 && !strstr(o[i].err, "passed on by rank 2"))
+    origin_job(4, 2, o, 3);
+    origin_expect(o, 3, OOBX_ERR_REMOTE, 3);
+    for (int i = 0; i < 2; i++)
+        if (!strstr(o[i].err, "passed on by rank 2"))
             fail_msg("rank %d: the refusal does not say that rank 2 passed it on: %s", i, o[i].err);
-    }
-    oobx__root_registry_reap(0, 2000);
 }
 
 int main(void)
