@@ -553,6 +553,10 @@ static int leader_peer_fail(struct oobx_comm *c, int status, int peer, const cha
     va_end(ap);
     oobx__ep_peer_name(&c->v, peer, who, sizeof(who));
     const char *why = oobx__ep_failed_what(c->v.ep, peer);
+    /* a leader that no message came from yet is no failure of the
+     * communicator for the transport (ep.c: a link no call used); here it
+     * is: the caller passes it on (leader_trade) */
+    if (status == OOBX_ERR_REMOTE) oobx__ep_view_peer_lost(&c->v, peer, who);
     return oobx__fail(&c->log, view_status_or(c, status), "rank %d, leader of its host's ranks: %s %s: %s%s", c->v.rank,
                       what, who, why ? why : oobx_strerror(status),
                       status == OOBX_ERR_TRUNCATED ? " (more than the job's other hosts can send)" : "");

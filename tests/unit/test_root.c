@@ -301,16 +301,19 @@ static void test_origin_closed(void **state)
  * first rank of each block also reports to the other root. Rank 3 reports,
  * then gives up without a word: root 1 refuses rank 2 naming rank 3, and
  * rank 2 withdraws from root 0 with that origin. Ranks 0 and 1, reporting
- * later, are refused naming rank 3, not rank 2, which only passed it on. */
+ * later, are refused naming rank 3, not rank 2, which only passed it on to
+ * root 0. */
 static void test_origin_passed_on(void **state)
 {
     (void)state;
     origin_client_t o[4] = {{.rank = 0, .start_s = 0.6}, {.rank = 1, .start_s = 0.6}, {.rank = 2}, {.rank = 3}};
     origin_job(4, 2, o, 3);
     origin_expect(o, 3, OOBX_ERR_REMOTE, 3);
-    for (int i = 0; i < 2; i++)
-        if (!strstr(o[i].err, "passed on by rank 2"))
-            fail_msg("rank %d: the refusal does not say that rank 2 passed it on: %s", i, o[i].err);
+    /* rank 1 heard it from root 0 alone, through a withdraw notice (rank
+     * 2's; rank 0's too on a slow machine: it also reports to root 1, the
+     * previous root of its block) */
+    if (!strstr(o[1].err, "(passed on by rank "))
+        fail_msg("rank 1: the refusal does not say that a rank passed it on: %s", o[1].err);
 }
 
 int main(void)
