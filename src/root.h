@@ -3,7 +3,8 @@
  * nroots roots each serve a contiguous block of ranks; a rank reports its
  * ring address to its root, and the first rank of each block also to the
  * previous root, so that the roots together stitch one ring. A root answers
- * each rank with its ring successor's address as soon as it has it.
+ * each rank with its ring successor's address once its whole block (with
+ * the extra report) is in; a refusal names its origin (docs/protocol.md).
  */
 #ifndef OOBX_ROOT_H
 #define OOBX_ROOT_H
