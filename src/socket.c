@@ -617,6 +617,7 @@ static int sk_send(oobx_tp_t *tpp, int peer, const oobx_msg_hdr_t *hdr, const vo
         return oobx__fail(t->log, OOBX_ERR_REMOTE, "socket: %s failed earlier; cannot send to it", who);
     }
     sk_conn_t *rc_ = pp->conn;
+    if (!rc_ && hdr->kind == OOBX_MSG_CTRL && !peer_known(t, peer)) return OOBX_ERR_REMOTE; /* transport.h */
     /* a peer of this host that can read our memory pulls the payload itself */
     int cma = t->cma_min && hdr->len >= t->cma_min && pp->cma_set && pp->cma.state != OOBX_CMA_NO;
     int rndv = hdr->len >= SK_RNDV_MIN || cma;

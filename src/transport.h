@@ -137,7 +137,11 @@ struct oobx_tp_ops {
     /* Queues a message to peer (set_peer was called; connects on first use).
      * Never blocks. payload (hdr->len bytes) must stay valid until req->done.
      * Returns 0 (req may already be done) or an error when peer is known to
-     * have failed; then req is not touched. peer != own rank. */
+     * have failed; then req is not touched. peer != own rank. A control
+     * message (OOBX_MSG_CTRL: the core's failure notices go to every rank it
+     * talked with, some of which only connected to it) to a peer with no
+     * address and no link returns OOBX_ERR_REMOTE and sets no error: the
+     * core says at debug level that it did not go. */
     int (*send)(oobx_tp_t *tp, int peer, const oobx_msg_hdr_t *hdr, const void *payload,
                 oobx_tp_req_t *req);
 

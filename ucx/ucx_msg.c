@@ -243,10 +243,7 @@ int ucx_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, const void *p
     if (p->fail.failed)
         return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
     if (!ucx_peer_known(tp, peer)) {
-        /* a failure notice to a rank whose address never came (a leader's
-         * predecessor in init): it goes no way, and the core says so at
-         * debug level; it is no error of any call */
-        if (hdr->kind == OOBX_MSG_CTRL) return OOBX_ERR_REMOTE;
+        if (hdr->kind == OOBX_MSG_CTRL) return OOBX_ERR_REMOTE; /* a notice that goes no way (transport.h) */
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "ucx: send to rank %d before its address", peer);
     }
     /* the endpoint's own small messages (a goodbye at destroy, when the peer

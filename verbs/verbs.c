@@ -860,9 +860,7 @@ static int verbs_send(oobx_tp_t *base, int peer, const oobx_msg_hdr_t *hdr, cons
     verbs_peer_t *p = &tp->peers[peer];
     if (p->fail.failed) return oobx__fail(tp->log, oobx__peer_fail_status(&p->fail), "%s", p->fail.why);
     if (!p->conn && !verbs_peer_known(tp, peer)) {
-        /* a failure notice to a rank whose address never came: the core
-         * says at debug level that it did not go (ucx_send alike) */
-        if (hdr->kind == OOBX_MSG_CTRL) return OOBX_ERR_REMOTE;
+        if (hdr->kind == OOBX_MSG_CTRL) return OOBX_ERR_REMOTE; /* a notice that goes no way (transport.h) */
         return oobx__fail(tp->log, OOBX_ERR_INTERNAL, "verbs: send to rank %d before its address", peer);
     }
     verbs_send_t *s = calloc(1, sizeof(*s));

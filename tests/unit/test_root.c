@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <arpa/inet.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
