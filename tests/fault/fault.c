@@ -1747,7 +1747,10 @@ static int rank_cycles(harness_rank_t *r)
      * barrier): over the emulated verbs device rank 0, which hosts the
      * roots, was seen 180-220 B a cycle up in every third and 160 KB below
      * its warm-up figure after the barrier, in one run of three, before
-     * and after the roots began to hold their answers */
+     * and after the roots began to hold their answers: the samples in the
+     * loop include 2-3 closed connections of the emulated device (64 KiB
+     * receive buffers) that its thread frees at its next wake-up; net of
+     * them the heap settles over 1000 cycles (docs/testing.md) */
     /* UCX itself keeps some memory per ucp_init/ucp_cleanup cycle (a bare
      * init, worker, endpoint, cleanup loop grows by 74-144 B per cycle with
      * UCX 1.13, more with endpoints to other processes); our own frees are
