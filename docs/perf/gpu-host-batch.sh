@@ -13,7 +13,11 @@
 # oobx_allgather and oobx_allgather_table (oobx-boot --table); bcast =
 # broadcast of 64 KiB and 1 MiB at 2, 4, 8 ranks over UCX: the tree
 # (OOBX_ALLGATHER_DIRECT_MIN=0), the direct broadcast from plain memory and
-# from oobx_mem_alloc's.
+# from oobx_mem_alloc's. Not in the default: ntcopy = the direct
+# allgather's copies without oobx (docs/perf/single-copy/ntcopy.c, built into
+# the bundle first: cc -O2 -o .dev/bin/ntcopy docs/perf/single-copy/ntcopy.c),
+# then oobx's 1 MiB allgather at 4 and 8 ranks over UCX shared memory from
+# plain memory, oobx_mem_alloc's and plain memory rewritten every call.
 set -u
 parts=${1:-p2p bw bcast auto scale table}
 D=$(cd "$(dirname "$0")/../.." && pwd)
@@ -68,6 +72,15 @@ if [[ " $parts " == *" scale "* || " $parts " == *" table "* ]]; then
             h=$([ $n = 4096 ] && echo 1 || echo 16)
             echo "S$n $(boot $n $h 16 X=1)"
             [ $table = 1 ] && echo "T$n $(BOOT_ARGS=--table boot $n $h 16 X=1)"
+        done
+    done
+fi
+if [[ " $parts " == *" ntcopy "* ]]; then
+    echo "== ntcopy: the copies alone, then oobx (plain, --alloc=oobx, --touch)"
+    timeout 100 ntcopy 1048576 200
+    for n in 4 8; do
+        for a in "" --alloc=oobx --touch; do
+            BENCH_ARGS=$a bench "$n" '^allgather/' 1M OOBX_TRANSPORT=ucx UCX_TLS=posix,cma,self
         done
     done
 fi
