@@ -1439,19 +1439,68 @@ static void sk_peer_name(oobx_tp_t *tpp, int peer, char *buf, size_t len)
     peer_describe(tp_of(tpp), peer, buf, len);
 }
 
+/* A send still queued on a link that is up or coming up: the goodbye, most
+ * often, which the peer must read before this link's end (ep.c, BYE). */
+static int conn_holds_sends(const sk_conn_t *c)
+{
+    return c->sq_head && (c->state == SC_READY || c->state == SC_CONNECTING || c->state == SC_HELLO_OUT);
+}
+
+/* The core hears nothing more once destroy has begun: what still comes in
+ * is taken and dropped (a rendezvous offer is told to skip), failures are
+ * not reported. */
+static void *gone_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
+{
+    (void)core;
+    (void)hdr;
+    *cookie = NULL;
+    return NULL;
+}
+
+static void gone_msg_end(void *core, void *cookie)
+{
+    (void)core;
+    (void)cookie;
+}
+
+static void gone_peer_failed(void *core, int peer, int status, const char *what)
+{
+    (void)core;
+    (void)peer;
+    (void)status;
+    (void)what;
+}
+
+static int gone_need_peer(void *core, int peer)
+{
+    (void)core;
+    (void)peer;
+    return OOBX_ERR_REMOTE;
+}
+
 static void sk_destroy(oobx_tp_t *tpp)
 {
     sk_tp_t *t = tp_of(tpp);
     if (!t) return;
-    /* give queued sends a short chance to leave */
+    t->p.sink = (oobx_tp_sink_t){.core = NULL, .msg_begin = gone_msg_begin, .msg_end = gone_msg_end,
+                                 .peer_failed = gone_peer_failed, .need_peer = gone_need_peer, .peer_left = NULL};
+    /* Give queued sends a short chance to leave, with every event taken as in
+     * progress(): a link that never carried a call may still wait for its
+     * hello's answer (a rank that spent the job in shared memory), or the
+     * goodbye may have opened one to a peer whose own link to this rank sits
+     * unaccepted in the listener; that peer has the link up on its side and
+     * reads its end as this rank's death unless the goodbye comes first. */
     uint64_t until = oobx__now_ns() + 200000000ull;
+    conn_unpark(t);
     for (;;) {
         int queued = 0;
-        for (sk_conn_t *c = t->conns; c; c = c->next_all)
-            if (c->state == SC_READY && c->sq_head) queued = 1;
-        if (!queued || oobx__now_ns() >= until) break;
-        struct pollfd pfd = {.fd = t->epfd, .events = POLLIN};
-        poll(&pfd, 1, 10);
+        for (sk_conn_t *c = t->conns; c && !queued; c = c->next_all) queued = conn_holds_sends(c);
+        uint64_t now = oobx__now_ns();
+        if (!queued || now >= until) break;
+        int ms = (int)((until - now) / 1000000ull);
+        struct epoll_event evs[64];
+        int n = epoll_wait(t->epfd, evs, 64, ms < 10 ? ms : 10);
+        if (n > 0) handle_events(t, evs, n);
         for (sk_conn_t *c = t->conns; c; c = c->next_all)
             if (c->state == SC_READY && c->sq_head) conn_flush(t, c);
     }

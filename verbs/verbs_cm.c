@@ -182,12 +182,17 @@ static void verbs_on_connect_request(verbs_tp_t *tp, struct rdma_cm_id *id, cons
     verbs_addr_format(rdma_get_peer_addr(id), from, sizeof(from));
     verbs_cm_want_t want = {.comm_magic = tp->magic, .self = tp->rank, .nranks = tp->nranks, .peer = -1};
     uint32_t code = verbs_cm_hello_check(pd, plen > 0 ? (size_t)plen : 0, &want, &h, why, sizeof(why));
-    if (code == 0 && tp->destroying) {
+    /* a rank that is leaving takes only the link its last sends wait for
+     * (the peer's connect crossed the one those sends opened) */
+    int leaving = code == 0 && tp->destroying && !tp->peers[h.rank].sq_head && !tp->peers[h.rank].ctl_head;
+    if (leaving) {
         code = VERBS_REJ_FAILED;
         snprintf(why, sizeof(why), "this rank is leaving");
     }
     if (code) {
-        if (oobx__ratelimit_ok(&tp->rl))
+        if (leaving)
+            OOBX_DEBUG(tp->log, "verbs: rejected a connection from %s on device %s: %s", from, tp->dev, why);
+        else if (oobx__ratelimit_ok(&tp->rl))
             OOBX_WARN(tp->log, "verbs: rejected a connection from %s on device %s: %s (%s)", from, tp->dev,
                       verbs_reject_str(code), why);
         verbs_reject(tp, id, code);

@@ -1731,6 +1731,64 @@ static void test_destroy_in_flight(void **state)
     }
 }
 
+static int has_msg_or_failed(node_t *nodes, int n, void *arg)
+{
+    (void)n;
+    const int *who = arg; /* sender, tag */
+    if (nodes[0].failed[who[0]]) return 1;
+    for (int m = 0; m < nodes[0].nmsgs; m++)
+        if (nodes[0].msgs[m].hdr.src == who[0] && nodes[0].msgs[m].hdr.tag == (uint64_t)who[1] && nodes[0].msgs[m].ended)
+            return 1;
+    return 0;
+}
+
+/* A rank's last words on a link that is not through on its own side yet:
+ * it sends and leaves without having progressed since the link began (the
+ * core's node-aware path, where the ranks of a host meet in shared memory
+ * and a ring link waits unattended). The words reach the peer, which has
+ * the link up on its side and would read its end alone as the rank's death:
+ * when the leaver's own connect waits for the hello's answer it never read,
+ * and when the peer's connect waits unaccepted in the leaver's listener
+ * while the words opened a second link. */
+static void last_words_case(int leaver_connected)
+{
+    node_t *nodes = nodes_new(2);
+    connect_plain(nodes, 2);
+    int leaver = leaver_connected ? 0 : 1, stayer = 1 - leaver;
+    ring_call(&nodes[0], -1, 1); /* rank 0 connects to rank 1 */
+    run_for(&nodes[0], 1, 50);   /* rank 0 alone: its hello goes out */
+    if (leaver_connected) run_for(&nodes[1], 1, 100); /* rank 1 alone: taken and answered */
+    uint64_t ctx = next_ctx();
+    unsigned char words[64];
+    fill(words, sizeof(words), seed_of(ctx, 7));
+    oobx_tp_req_t wq = {0};
+    oobx_msg_hdr_t wh = {.ctx = ctx, .tag = 7, .len = sizeof(words), .src = leaver, .kind = OOBX_MSG_P2P};
+    assert_int_equal(ops->send(nodes[leaver].tp, stayer, &wh, words, &wq), 0);
+    /* it leaves while the peer goes on (in a call that waits on others) */
+    destroy_job_t job = {.n = &nodes[leaver]};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, destroy_thread, &job), 0);
+    int who[2] = {leaver, 7};
+    int seen = run_until(&nodes[stayer], 1, has_msg_or_failed, who, 5000) == 0;
+    pthread_join(th, NULL);
+    print_message("rank %d (%s) destroyed in %.1f ms\n", leaver,
+                  leaver_connected ? "its hello unanswered" : "its peer's hello unaccepted", job.ms);
+    assert_true(job.ms < DESTROY_MAX_MS);
+    assert_string_equal(nodes[leaver].bad, "");
+    if (!seen) fail_msg("rank %d: neither rank %d's words nor its end within 5 s", stayer, leaver);
+    check_child_msg(&nodes[stayer], ctx, 7, sizeof(words), leaver);
+    node_fini(&nodes[stayer]);
+    node_free_msgs(&nodes[leaver]);
+    free(nodes);
+}
+
+static void test_last_words_on_a_fresh_link(void **state)
+{
+    (void)state;
+    last_words_case(1);
+    last_words_case(0);
+}
+
 /* Instances come and go without leaving file descriptors; destroy is quick. */
 static void test_create_destroy_cycles(void **state)
 {
@@ -2373,6 +2431,7 @@ int main(void)
         CASE(test_peer_killed),
         CASE(test_peer_killed_sender_only),
         CASE(test_destroy_in_flight),
+        CASE(test_last_words_on_a_fresh_link),
         CASE(test_create_destroy_cycles),
         CASE(test_wake_before_sleep),
         CASE(test_wake_during_sleep),
