@@ -128,6 +128,7 @@ typedef struct sk_tp {
     char name[96];
     sk_peer_t *peers;
     sk_conn_t *conns; /* every connection */
+    int leaving;      /* in destroy: the last sends take whichever link comes up first */
     int npending;     /* inbound connections without hello yet */
     uint64_t rng;
     oobx_ratelimit_t stray_rl;
@@ -1018,8 +1019,13 @@ static void conn_read(sk_tp_t *t, sk_conn_t *c)
 static void conn_take_over(sk_tp_t *t, sk_conn_t *in, sk_peer_t *pp)
 {
     sk_conn_t *out = pp->conn;
-    int idle = out->state == SC_RETRY ||
-               (in->peer < t->rank && (out->state == SC_CONNECTING || out->state == SC_HELLO_OUT));
+    /* the lower rank's connection wins, so that two attempts never replace
+     * each other; a rank that is leaving takes the peer's link, which it has
+     * answered itself, over its own that waits for an answer: the peer may
+     * be busy longer than destroy's bound, and reads what came on its link
+     * when it comes back */
+    int idle = out->state == SC_RETRY || ((in->peer < t->rank || t->leaving) &&
+                                          (out->state == SC_CONNECTING || out->state == SC_HELLO_OUT));
     if (!idle) return;
     in->sq_head = out->sq_head;
     in->sq_tail = out->sq_tail;
@@ -1482,6 +1488,7 @@ static void sk_destroy(oobx_tp_t *tpp)
 {
     sk_tp_t *t = tp_of(tpp);
     if (!t) return;
+    t->leaving = 1;
     t->p.sink = (oobx_tp_sink_t){.core = NULL, .msg_begin = gone_msg_begin, .msg_end = gone_msg_end,
                                  .peer_failed = gone_peer_failed, .need_peer = gone_need_peer, .peer_left = NULL};
     /* Give queued sends a short chance to leave, with every event taken as in

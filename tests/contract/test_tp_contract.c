@@ -2171,6 +2171,41 @@ static void test_socket_last_words_before_reset(void **state)
     nodes_free(nodes, 2);
 }
 
+/* The same over sockets with the peer busy through the whole destroy (the
+ * other transports' handshakes need both sides): the leaving rank has the
+ * lower rank, so that its own link, opened by its last words, would win by
+ * the usual rule and wait for an answer that does not come in time; it
+ * answers the peer's link itself instead and leaves the words there. */
+static void test_socket_last_words_to_a_busy_peer(void **state)
+{
+    (void)state;
+    /* three ranks: rank 2 connects to its successor, rank 0, at once (of two, rank 1 waits for rank 0) */
+    node_t *nodes = nodes_new(3);
+    connect_plain(nodes, 3);
+    ring_call(&nodes[2], -1, 0);
+    run_for(&nodes[2], 1, 50); /* its hello goes out; rank 0 never progressed */
+    uint64_t ctx = next_ctx();
+    unsigned char words[64];
+    fill(words, sizeof(words), seed_of(ctx, 7));
+    oobx_tp_req_t wq = {0};
+    oobx_msg_hdr_t wh = {.ctx = ctx, .tag = 7, .len = sizeof(words), .src = 0, .kind = OOBX_MSG_P2P};
+    assert_int_equal(ops->send(nodes[0].tp, 2, &wh, words, &wq), 0);
+    double ms = node_destroy(&nodes[0]); /* rank 2 does nothing meanwhile */
+    print_message("rank 0 destroyed in %.1f ms\n", ms);
+    assert_true(ms < DESTROY_MAX_MS);
+    assert_string_equal(nodes[0].bad, "");
+    int who[2] = {0, 7};
+    if (run_until(&nodes[2], 1, has_msg_or_failed, who, 5000) != 0)
+        fail_msg("rank 2: neither rank 0's words nor its end within 5 s");
+    check_child_msg(&nodes[2], ctx, 7, sizeof(words), 0);
+    run_for(&nodes[2], 1, 100); /* and then its end, told once */
+    assert_int_equal(nodes[2].failed[0], 1);
+    node_fini(&nodes[1]);
+    node_fini(&nodes[2]);
+    node_free_msgs(&nodes[0]);
+    free(nodes);
+}
+
 /* Socket peer connections prove the secret without a challenge (the
  * acceptor's nonce is in its address): rank 0 reaches rank 1 through a relay
  * that records its hello and proof; sent again to rank 1's listener, the
@@ -2444,10 +2479,11 @@ int main(void)
     char group[64];
     snprintf(group, sizeof(group), "transport contract: %s", tp_name);
     if (strcmp(tp_name, "socket") != 0) return cmocka_run_group_tests_name(group, tests, NULL, NULL);
-    /* the socket transport's own handshake, and its reads before a reset */
-    struct CMUnitTest all[OOBX_ARRAY_SIZE(tests) + 2];
+    /* the socket transport's own handshake, its reads before a reset, its last words to a busy peer */
+    struct CMUnitTest all[OOBX_ARRAY_SIZE(tests) + 3];
     memcpy(all, tests, sizeof(tests));
     all[OOBX_ARRAY_SIZE(tests)] = (struct CMUnitTest)CASE(test_socket_replayed_proof);
     all[OOBX_ARRAY_SIZE(tests) + 1] = (struct CMUnitTest)CASE(test_socket_last_words_before_reset);
+    all[OOBX_ARRAY_SIZE(tests) + 2] = (struct CMUnitTest)CASE(test_socket_last_words_to_a_busy_peer);
     return _cmocka_run_group_tests(group, all, OOBX_ARRAY_SIZE(all), NULL, NULL);
 }
