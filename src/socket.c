@@ -17,6 +17,7 @@
 #include "oobx.h"
 #include "sock.h"
 #include "topo.h"
+#include "tp_common.h"
 #include "tp_table.h"
 #include "transport.h"
 #include "util.h"
@@ -1452,45 +1453,13 @@ static int conn_holds_sends(const sk_conn_t *c)
     return c->sq_head && (c->state == SC_READY || c->state == SC_CONNECTING || c->state == SC_HELLO_OUT);
 }
 
-/* The core hears nothing more once destroy has begun: what still comes in
- * is taken and dropped (a rendezvous offer is told to skip), failures are
- * not reported. */
-static void *gone_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
-{
-    (void)core;
-    (void)hdr;
-    *cookie = NULL;
-    return NULL;
-}
-
-static void gone_msg_end(void *core, void *cookie)
-{
-    (void)core;
-    (void)cookie;
-}
-
-static void gone_peer_failed(void *core, int peer, int status, const char *what)
-{
-    (void)core;
-    (void)peer;
-    (void)status;
-    (void)what;
-}
-
-static int gone_need_peer(void *core, int peer)
-{
-    (void)core;
-    (void)peer;
-    return OOBX_ERR_REMOTE;
-}
-
 static void sk_destroy(oobx_tp_t *tpp)
 {
     sk_tp_t *t = tp_of(tpp);
     if (!t) return;
     t->leaving = 1;
-    t->p.sink = (oobx_tp_sink_t){.core = NULL, .msg_begin = gone_msg_begin, .msg_end = gone_msg_end,
-                                 .peer_failed = gone_peer_failed, .need_peer = gone_need_peer, .peer_left = NULL};
+    /* the core hears nothing more: what still comes in is taken and dropped */
+    t->p.sink = oobx__tp_sink_drop();
     /* Give queued sends a short chance to leave, with every event taken as in
      * progress(): a link that never carried a call may still wait for its
      * hello's answer (a rank that spent the job in shared memory), or the

@@ -54,3 +54,41 @@ void oobx__peer_fail_report(void *tp, int n, const oobx__peer_fail_ops_t *ops, c
         sink->peer_failed(sink->core, i, oobx__peer_fail_status(f), f->why);
     }
 }
+
+/* ---- a sink that takes nothing ---- */
+
+static void *drop_msg_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
+{
+    (void)core;
+    (void)hdr;
+    *cookie = NULL;
+    return NULL;
+}
+
+static void drop_msg_end(void *core, void *cookie)
+{
+    (void)core;
+    (void)cookie;
+}
+
+static void drop_peer_failed(void *core, int peer, int status, const char *what)
+{
+    (void)core;
+    (void)peer;
+    (void)status;
+    (void)what;
+}
+
+static int drop_need_peer(void *core, int peer)
+{
+    (void)core;
+    (void)peer;
+    return OOBX_ERR_REMOTE;
+}
+
+oobx_tp_sink_t oobx__tp_sink_drop(void)
+{
+    oobx_tp_sink_t s = {.core = NULL, .msg_begin = drop_msg_begin, .msg_end = drop_msg_end,
+                        .peer_failed = drop_peer_failed, .need_peer = drop_need_peer, .peer_left = NULL};
+    return s;
+}

@@ -72,4 +72,12 @@ static inline void oobx__dirty_mark(int *flag, int *list, int *n, int peer)
     }
 }
 
+/* ---- a sink that takes nothing ---- */
+
+/* Messages are dropped (msg_begin gives no buffer and no cookie: the
+ * transport consumes the payload, a rendezvous is told to skip), failures go
+ * unreported, need_peer knows no address: for a probe instance, and for a
+ * transport whose destroy still takes events after the core stopped listening. */
+oobx_tp_sink_t oobx__tp_sink_drop(void);
+
 #endif

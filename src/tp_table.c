@@ -8,6 +8,7 @@
 
 #include "oobx.h"
 #include "tp_module.h"
+#include "tp_common.h"
 #include "tp_table.h"
 #include "util.h"
 
@@ -197,28 +198,6 @@ int oobx__tp_lookup(const char *name, const oobx_settings_t *s, const oobx_tp_op
     return OOBX_ERR_UNAVAILABLE;
 }
 
-static void probe_failed(void *core, int peer, int status, const char *what)
-{
-    (void)core;
-    (void)peer;
-    (void)status;
-    (void)what;
-}
-
-static void *probe_begin(void *core, const oobx_msg_hdr_t *hdr, void **cookie)
-{
-    (void)core;
-    (void)hdr;
-    *cookie = NULL;
-    return NULL;
-}
-
-static void probe_end(void *core, void *cookie)
-{
-    (void)core;
-    (void)cookie;
-}
-
 int oobx__tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t whylen)
 {
     const oobx_tp_ops_t *ops;
@@ -229,8 +208,7 @@ int oobx__tp_probe(const char *name, const oobx_settings_t *s, char *why, size_t
     quiet.log_level = OOBX_LOG_NONE;
     oobx__log_open(&log, &quiet, "probe");
     oobx_tp_params_t p = {.rank = 0, .nranks = 1, .magic = oobx__random64(), .settings = &quiet, .log = &log,
-                          .sink = {.core = NULL, .msg_begin = probe_begin, .msg_end = probe_end,
-                                   .peer_failed = probe_failed},
+                          .sink = oobx__tp_sink_drop(),
                           .wake_fd = -1, .core = &oobx__core_api};
     oobx_tp_t *tp = NULL;
     rc = ops->create(&p, &tp);

@@ -1731,6 +1731,19 @@ static void test_destroy_in_flight(void **state)
     }
 }
 
+/* Rank from's last words to rank to: 64 bytes of the pattern, tag 7, in a
+ * context of their own (returned); words and wq must outlive the send. */
+#define WORDS_BYTES 64
+static uint64_t send_words(node_t *nodes, int from, int to, unsigned char *words, oobx_tp_req_t *wq)
+{
+    uint64_t ctx = next_ctx();
+    fill(words, WORDS_BYTES, seed_of(ctx, 7));
+    *wq = (oobx_tp_req_t){0};
+    oobx_msg_hdr_t wh = {.ctx = ctx, .tag = 7, .len = WORDS_BYTES, .src = from, .kind = OOBX_MSG_P2P};
+    assert_int_equal(ops->send(nodes[from].tp, to, &wh, words, wq), 0);
+    return ctx;
+}
+
 static int has_msg_or_failed(node_t *nodes, int n, void *arg)
 {
     (void)n;
@@ -1758,12 +1771,9 @@ static void last_words_case(int leaver_connected)
     ring_call(&nodes[0], -1, 1); /* rank 0 connects to rank 1 */
     run_for(&nodes[0], 1, 50);   /* rank 0 alone: its hello goes out */
     if (leaver_connected) run_for(&nodes[1], 1, 100); /* rank 1 alone: taken and answered */
-    uint64_t ctx = next_ctx();
-    unsigned char words[64];
-    fill(words, sizeof(words), seed_of(ctx, 7));
-    oobx_tp_req_t wq = {0};
-    oobx_msg_hdr_t wh = {.ctx = ctx, .tag = 7, .len = sizeof(words), .src = leaver, .kind = OOBX_MSG_P2P};
-    assert_int_equal(ops->send(nodes[leaver].tp, stayer, &wh, words, &wq), 0);
+    unsigned char words[WORDS_BYTES];
+    oobx_tp_req_t wq;
+    uint64_t ctx = send_words(nodes, leaver, stayer, words, &wq);
     /* it leaves while the peer goes on (in a call that waits on others) */
     destroy_job_t job = {.n = &nodes[leaver]};
     pthread_t th;
@@ -2146,12 +2156,9 @@ static void test_socket_last_words_before_reset(void **state)
     assert_int_equal(ops->send(nodes[0].tp, 1, &uh, unread, &uq), 0);
     assert_int_equal(run_until(nodes, 1, req_done, &uq, RUN_MS), 0); /* rank 0 alone: written, not read */
     /* rank 1's last words, written at once, then it leaves: a reset */
-    uint64_t ctx = next_ctx();
-    unsigned char words[64];
-    fill(words, sizeof(words), seed_of(ctx, 7));
-    oobx_tp_req_t wq = {0};
-    oobx_msg_hdr_t wh = {.ctx = ctx, .tag = 7, .len = sizeof(words), .src = 1, .kind = OOBX_MSG_P2P};
-    assert_int_equal(ops->send(nodes[1].tp, 0, &wh, words, &wq), 0);
+    unsigned char words[WORDS_BYTES];
+    oobx_tp_req_t wq;
+    uint64_t ctx = send_words(nodes, 1, 0, words, &wq);
     assert_int_equal(wq.done, 1);
     node_destroy(&nodes[1]);
     /* rank 0 sends before it reads again: the reset answers that send */
@@ -2184,12 +2191,9 @@ static void test_socket_last_words_to_a_busy_peer(void **state)
     connect_plain(nodes, 3);
     ring_call(&nodes[2], -1, 0);
     run_for(&nodes[2], 1, 50); /* its hello goes out; rank 0 never progressed */
-    uint64_t ctx = next_ctx();
-    unsigned char words[64];
-    fill(words, sizeof(words), seed_of(ctx, 7));
-    oobx_tp_req_t wq = {0};
-    oobx_msg_hdr_t wh = {.ctx = ctx, .tag = 7, .len = sizeof(words), .src = 0, .kind = OOBX_MSG_P2P};
-    assert_int_equal(ops->send(nodes[0].tp, 2, &wh, words, &wq), 0);
+    unsigned char words[WORDS_BYTES];
+    oobx_tp_req_t wq;
+    uint64_t ctx = send_words(nodes, 0, 2, words, &wq);
     double ms = node_destroy(&nodes[0]); /* rank 2 does nothing meanwhile */
     print_message("rank 0 destroyed in %.1f ms\n", ms);
     assert_true(ms < DESTROY_MAX_MS);
