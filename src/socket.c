@@ -1476,9 +1476,8 @@ static void sk_destroy(oobx_tp_t *tpp)
         int ms = (int)((until - now) / 1000000ull);
         struct epoll_event evs[64];
         int n = epoll_wait(t->epfd, evs, 64, ms < 10 ? ms : 10);
+        /* a link up with sends it can write reports EPOLLOUT (conn_set_events): flushed there */
         if (n > 0) handle_events(t, evs, n);
-        for (sk_conn_t *c = t->conns; c; c = c->next_all)
-            if (c->state == SC_READY && c->sq_head) conn_flush(t, c);
     }
     while (t->conns) {
         sk_conn_t *c = t->conns;

@@ -1744,15 +1744,16 @@ static uint64_t send_words(node_t *nodes, int from, int to, unsigned char *words
     return ctx;
 }
 
-static int has_msg_or_failed(node_t *nodes, int n, void *arg)
+/* The words' context ended at the first node, or their sender failed there */
+typedef struct words_wait {
+    ctxwant_t w;
+    int from;
+} words_wait_t;
+
+static int got_words_or_end(node_t *nodes, int n, void *arg)
 {
-    (void)n;
-    const int *who = arg; /* sender, tag */
-    if (nodes[0].failed[who[0]]) return 1;
-    for (int m = 0; m < nodes[0].nmsgs; m++)
-        if (nodes[0].msgs[m].hdr.src == who[0] && nodes[0].msgs[m].hdr.tag == (uint64_t)who[1] && nodes[0].msgs[m].ended)
-            return 1;
-    return 0;
+    words_wait_t *ww = arg;
+    return got_ctx(nodes, n, &ww->w) || nodes[0].failed[ww->from];
 }
 
 /* A rank's last words on a link that is not through on its own side yet:
@@ -1778,8 +1779,8 @@ static void last_words_case(int leaver_connected)
     destroy_job_t job = {.n = &nodes[leaver]};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, destroy_thread, &job), 0);
-    int who[2] = {leaver, 7};
-    int seen = run_until(&nodes[stayer], 1, has_msg_or_failed, who, 5000) == 0;
+    words_wait_t ww = {{ctx, 1}, leaver};
+    int seen = run_until(&nodes[stayer], 1, got_words_or_end, &ww, 5000) == 0;
     pthread_join(th, NULL);
     print_message("rank %d (%s) destroyed in %.1f ms\n", leaver,
                   leaver_connected ? "its hello unanswered" : "its peer's hello unaccepted", job.ms);
@@ -2198,8 +2199,8 @@ static void test_socket_last_words_to_a_busy_peer(void **state)
     print_message("rank 0 destroyed in %.1f ms\n", ms);
     assert_true(ms < DESTROY_MAX_MS);
     assert_string_equal(nodes[0].bad, "");
-    int who[2] = {0, 7};
-    if (run_until(&nodes[2], 1, has_msg_or_failed, who, 5000) != 0)
+    words_wait_t ww = {{ctx, 1}, 0};
+    if (run_until(&nodes[2], 1, got_words_or_end, &ww, 5000) != 0)
         fail_msg("rank 2: neither rank 0's words nor its end within 5 s");
     check_child_msg(&nodes[2], ctx, 7, sizeof(words), 0);
     run_for(&nodes[2], 1, 100); /* and then its end, told once */
