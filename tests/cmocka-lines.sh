@@ -1,6 +1,10 @@
-# Sourced by the shell test scripts (tests/abi, tests/scale): they print
-# cmocka's lines, so that run-tests.sh counts each check like a unit test.
+# Sourced by the shell test scripts (tests/abi, tests/scale, tests/quiet):
+# they print cmocka's lines, so that run-tests.sh counts each check like a
+# unit test.
 #   cm_result NAME STATUS   one check ended (0: passed)
+#   cm_why NAME TEXT        why a check failed, as an "ERROR: " line, which
+#                           run-tests.sh repeats at the end of a failed run
+#   ... | cm_excerpt NAME   lines of its output, the same way
 #   cm_summary              the closing lines; its status is 0 when all passed
 cm_names=() cm_results=()
 
@@ -13,6 +17,14 @@ cm_result() {
         cm_results+=(1)
     fi
     cm_names+=("$1")
+}
+
+cm_why() {
+    echo "ERROR: $1: $2"
+}
+
+cm_excerpt() {
+    sed "s/^/ERROR: $1 | /"
 }
 
 cm_summary() {

@@ -28,7 +28,7 @@ check() { # check NAME COMMAND...: runs the command, its output goes to the log
         sed 's/^/  /' "$tmp/out" | tail -20
         cm_result "$name" 0
     else
-        sed 's/^/  /' "$tmp/out" | tail -40
+        tail -40 "$tmp/out" | cm_excerpt "$name"
         cm_result "$name" 1
     fi
 }

@@ -30,9 +30,8 @@ quiet() {
     if [ $rc -eq 0 ] && [ "$lines" -eq 0 ]; then
         cm_result "$name" 0
     else
-        # as "ERROR: " lines, which run-tests.sh repeats at the end of a failed run
-        echo "ERROR: $name: exit status $rc, $lines lines on stderr:"
-        head -8 "$tmp/err" | cut -c1-300 | sed "s/^/ERROR: $name | /"
+        cm_why "$name" "exit status $rc, $lines lines on stderr:"
+        head -8 "$tmp/err" | cut -c1-300 | cm_excerpt "$name"
         cm_result "$name" 1
     fi
 }
@@ -83,13 +82,13 @@ for f in "$@"; do
     echo "[ RUN      ] $name"
     n=$(grep -c 'UCX  *\(ERROR\|WARN\|FATAL\)' "$f" 2>/dev/null)
     if [ ! -s "$f" ]; then
-        echo "ERROR: $name: $f is missing or empty"
+        cm_why "$name" "$f is missing or empty"
         cm_result "$name" 1
     elif [ "$n" -eq 0 ]; then
         cm_result "$name" 0
     else
-        echo "ERROR: $name: $n lines from UCX's log in $f:"
-        grep 'UCX  *\(ERROR\|WARN\|FATAL\)' "$f" | head -5 | cut -c1-300 | sed "s/^/ERROR: $name | /"
+        cm_why "$name" "$n lines from UCX's log in $f:"
+        grep 'UCX  *\(ERROR\|WARN\|FATAL\)' "$f" | head -5 | cut -c1-300 | cm_excerpt "$name"
         cm_result "$name" 1
     fi
 done

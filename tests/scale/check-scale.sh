@@ -48,9 +48,8 @@ job() {
     if [ $ok -eq 1 ]; then
         cm_result "$name" 0
     else
-        # as "ERROR: " lines, which run-tests.sh repeats at the end of a failed run
-        echo "ERROR: $name: ${why#; }"
-        grep -v 'OOBX_BOOT_RESULT' "$tmp/out" | tail -15 | sed "s/^/ERROR: $name | /"
+        cm_why "$name" "${why#; }"
+        grep -v 'OOBX_BOOT_RESULT' "$tmp/out" | tail -15 | cm_excerpt "$name"
         cm_result "$name" 1
     fi
 }
