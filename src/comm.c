@@ -194,10 +194,9 @@ static uint64_t host_id(const oobx_settings_t *s)
     return oobx__hash64(host, strlen(host), 0x686f7374ull);
 }
 
-static void card_header(char *out, const oobx_settings_t *s)
+static void card_header(char *out, const oobx_settings_t *s, int ncpu)
 {
     unsigned char *p = (unsigned char *)out;
-    int ncpu = oobx__online_cpus();
     int launcher = !s->host_id[0] && s->local_size > 0 && s->local_size <= 0xffff && s->local_rank >= 0;
     oobx__put_u16(p, CARD_MAGIC);
     oobx__put_u16(p + 2, (uint16_t)ncpu);
@@ -450,7 +449,7 @@ static int init_flat(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     coll_group_t g = whole(c);
     c->prev_card_tag = oobx__coll_ring_allgatherv_tag(&g);
     if (rc == 0) {
-        card_header(items + (size_t)rank * cap, &c->settings);
+        card_header(items + (size_t)rank * cap, &c->settings, c->ncpu);
         memcpy(items + (size_t)rank * cap + CARD_HDR, blob, blob_len);
         lens[rank] = CARD_HDR + blob_len;
         rc = oobx__coll_ring_allgatherv(&c->v, &g, items, cap, lens, prev_card_landed, c);
@@ -1657,7 +1656,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
     int rank = c->v.rank, nranks = c->v.nranks;
     uint64_t t0 = oobx__now_ns();
     unsigned char card[CARD_HDR + OOBX_ADDR_MAX];
-    card_header((char *)card, &c->settings);
+    card_header((char *)card, &c->settings, c->ncpu);
     memcpy(card + CARD_HDR, blob, blob_len);
     size_t card_len = CARD_HDR + blob_len;
     root_client_t rcl = *rcl_in;
@@ -1736,7 +1735,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
          * (the launcher's when larger: a host split between two roots' blocks
          * has a table per block) */
         int here = pl.place.local_size > c->settings.local_size ? pl.place.local_size : c->settings.local_size;
-        if (rc == 0) rc = cards_taken(c, over, here > oobx__online_cpus(), 0);
+        if (rc == 0) rc = cards_taken(c, over, here > c->ncpu, 0);
         pthread_mutex_unlock(&c->v.ep->lock);
     }
     if (rc == 0 && c->settings.node_buf > 0) {
@@ -1786,6 +1785,7 @@ int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, con
     oobx__log_open(&c->log, s, prefix);
     c->v.rank = rank;
     c->v.nranks = nranks;
+    c->ncpu = oobx__online_cpus();
     c->v.user_abort = cfg && cfg->struct_size >= offsetof(oobx_config_t, abort_flag) + sizeof(cfg->abort_flag)
                         ? cfg->abort_flag
                         : NULL;
@@ -1796,7 +1796,7 @@ int oobx__comm_init_common(oobx_comm_t *out, int nranks, int rank, int nids, con
     int rc = oobx__ep_create(s, &c->log, &c->v.ep);
     if (rc == 0) rc = oobx__ep_set_size(c->v.ep, rank, nranks);
     /* the launcher's count of this host's ranks decides polling before the cards are in */
-    if (rc == 0 && s->local_size > 0) oobx__ep_set_spin(c->v.ep, s->local_size > oobx__online_cpus());
+    if (rc == 0 && s->local_size > 0) oobx__ep_set_spin(c->v.ep, s->local_size > c->ncpu);
     if (rc != 0) {
         comm_release_ep(c);
         comm_free(c);
