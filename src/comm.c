@@ -2327,6 +2327,7 @@ int oobx_comm_split(oobx_comm_t parent, int color, int key, oobx_comm_t *child)
             k->v.rank_note = " of the parent";
             k->v.ctx = split_ctx(c->v.ctx, split_no, color);
             snprintf(k->transport, sizeof(k->transport), "%s", c->transport);
+            k->ncpu = c->ncpu;
             char prefix[96];
             snprintf(prefix, sizeof(prefix), "rank %d/%d (split %u color %d of rank %d)", k->v.rank, n, split_no, color,
                      c->v.rank);

@@ -34,7 +34,7 @@ struct oobx_comm {
     oobx_log_t log;
     atomic_int aborted;
     oobx_init_timings_t timings;
-    int ncpu; /* this host's online CPUs, read once at init (its card says it; polling or not) */
+    int ncpu; /* this host's online CPUs, read once at init (its card says it; polling or not); a split child has its parent's */
     uint64_t root_magic; /* of a root this process hosts for this comm, to reap */
     char transport[16];
     char auto_note[440]; /* under auto: why the transport came first (" (OOBX_TRANSPORT=auto...)"), for errors */
