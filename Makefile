@@ -61,10 +61,9 @@ CORE_SRC := $(filter-out src/moddir.c,$(wildcard src/*.c))
 SODIUM_LIBS := $(shell $(PKG_CONFIG) --libs libsodium 2>/dev/null || echo -lsodium)
 LIB_LIBS := -ldl -lm $(SODIUM_LIBS)
 PC_REQUIRES := libsodium
+# hwloc: only the topology module links it (topo/topo.mk), never the core
 ifeq ($(HAVE_HWLOC),1)
 CPPFLAGS += -DOOBX_HAVE_HWLOC=1
-LIB_LIBS += $(shell $(PKG_CONFIG) --libs hwloc)
-PC_REQUIRES += hwloc
 endif
 include topo/topo.mk
 CORE_OBJ := $(patsubst %.c,$(OBJDIR)/%.o,$(CORE_SRC) $(TOPO_SRC))
@@ -89,7 +88,7 @@ LIBOOBX_A  := $(BLD_LIB)/liboobx.a
 # every internal symbol reachable, for the unit tests and oobx-info
 LIBOOBX_INT_A := $(OBJDIR)/liboobx-internal.a
 
-ALL_TARGETS := $(LIBOOBX_SO) $(LIBOOBX_A) $(LIBOOBX_INT_A)
+ALL_TARGETS := $(LIBOOBX_SO) $(LIBOOBX_A) $(LIBOOBX_INT_A) $(TOPO_SO)
 
 $(OBJDIR)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -174,7 +173,7 @@ $(INST_PC): oobx.pc.in FORCE
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
 	    -e 's|@VERSION@|$(VERSION)|g' -e 's|@REQUIRES_PRIVATE@|$(PC_REQUIRES)|g' \
-	    -e 's|@LIBS_PRIVATE@|$(filter-out $(shell $(PKG_CONFIG) --libs hwloc 2>/dev/null),$(LIB_LIBS)) -pthread|g' $< > $@
+	    -e 's|@LIBS_PRIVATE@|$(LIB_LIBS) -pthread|g' $< > $@
 
 install: all $(INST_SO_FILE) $(INST_A) $(INST_PC) $(INSTALL_BINS_STAGED)
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(BINDIR_INST)

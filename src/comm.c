@@ -1897,7 +1897,8 @@ int oobx_get_unique_id(oobx_unique_id_t *id)
         if (rc != 0) return oobx__fail(NULL, rc, "OOBX_COMM_ID: %s", why);
     } else {
         topo_request_t req = {.ifname_spec = s.socket_ifname, .family = s.socket_family,
-                              .allow_linklocal = s.socket_linklocal, .pci_target = s.topo_pci[0] ? s.topo_pci : NULL};
+                              .allow_linklocal = s.socket_linklocal, .pci_target = s.topo_pci[0] ? s.topo_pci : NULL,
+                              .module_dir = s.module_dir};
         topo_if_t ifc;
         rc = oobx__topo_pick_if(&req, &ifc, why, sizeof(why));
         if (rc != 0) return oobx__fail(NULL, rc, "oobx_get_unique_id: no interface for the root: %s", why);

@@ -904,7 +904,8 @@ static int kvs_exchange(oobx_launch_t *l, const oobx_settings_t *s, const oobx_l
         /* the root listens where a socket would: the interface chosen as for sockets */
         topo_request_t req = {.ifname_spec = s->socket_ifname, .family = s->socket_family,
                               .allow_linklocal = s->socket_linklocal,
-                              .pci_target = s->topo_pci[0] ? s->topo_pci : NULL};
+                              .pci_target = s->topo_pci[0] ? s->topo_pci : NULL,
+                              .module_dir = s->module_dir};
         topo_if_t ifc;
         oobx_sockaddr_t bind_addr;
         root_handle_t h;

@@ -1500,6 +1500,7 @@ static int pick_listen_addr(const oobx_tp_params_t *p, oobx_sockaddr_t *out, cha
         .match = p->root_hint,
         .matchlen = p->root_hint_len,
         .pci_target = s->topo_pci[0] ? s->topo_pci : NULL,
+        .module_dir = s->module_dir,
     };
     topo_if_t ifc;
     int rc = oobx__topo_pick_if(&req, &ifc, why, whylen);

@@ -26,7 +26,8 @@
 #include "topo.h"
 #include "transport.h"
 
-#define OOBX_CORE_API_VERSION 1
+/* 2: topo_request_t gained module_dir (the hwloc module's directory) */
+#define OOBX_CORE_API_VERSION 2
 
 typedef struct oobx_core_api {
     uint32_t version; /* OOBX_CORE_API_VERSION */

@@ -217,6 +217,7 @@ static void request_from_settings(const oobx_settings_t *s, topo_request_t *req,
     req->allow_linklocal = s->socket_linklocal;
     req->pci_target = s->topo_pci;
     req->net_device = s->net_device;
+    req->module_dir = s->module_dir;
     roothost[0] = '\0';
     socklen_t len = 0;
     if (s->comm_id[0]) {

@@ -5,9 +5,12 @@
  *   the root's subnet, then hwloc locality when several still qualify);
  * - UCX and verbs ask which of their candidate devices is closest to the rank
  *   (its CPU binding, or a PCI device such as the GPU it drives).
- * The hwloc part exists only under OOBX_HAVE_HWLOC; without it, or when the
- * topology cannot be loaded, every choice keeps the order it was given and
- * says so in its `why` text (callers log that text at info level). */
+ * The hwloc part is a module of its own (liboobx-topo.so in the module
+ * directory, built when hwloc is found), loaded only when a choice needs it,
+ * so that a process that never ranks a device never maps hwloc. Without the
+ * module, or when the topology cannot be loaded, every choice keeps the order
+ * it was given and says so in its `why` text (callers log that text at info
+ * level). */
 #ifndef OOBX_TOPO_H
 #define OOBX_TOPO_H
 
@@ -48,6 +51,7 @@ typedef struct topo_request {
     const char *xml_path;            /* topology XML (tests); NULL: this machine */
     const char *net_device;          /* OOBX_NET_DEVICE or NULL/"": when set, oobx__topo_pick_device
                                         returns the candidate it names and oobx__topo_report says so */
+    const char *module_dir;          /* where liboobx-topo.so is (OOBX_MODULE_DIR); NULL/"": the library's own */
 } topo_request_t;
 
 /* Picks the socket interface for req on this machine. Returns 0 (OOBX_SUCCESS) and *out, with a one-line
@@ -92,6 +96,21 @@ int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen,
 /* For `oobx-info -t`: prints devices, their locality, and what socket/ucx/verbs would pick, and why.
  * req NULL: the request is built from the OOBX_* settings of the environment. */
 void oobx__topo_report(FILE *out, const topo_request_t *req);
+
+/* ---- the hwloc module: liboobx-topo.so, topo/topo_hwloc.c ---- */
+#define OOBX_TOPO_MODULE "liboobx-topo.so"
+#define OOBX_TOPO_MODULE_INIT "oobx_topo_module_init"
+#define OOBX_TOPO_MODULE_VERSION 1
+typedef struct oobx_topo_module {
+    int version;                     /* OOBX_TOPO_MODULE_VERSION */
+    size_t req_size, dev_size;       /* sizeof(topo_request_t), sizeof(topo_dev_t) as the module was built */
+    /* oobx__topo_rank_devices' work, once the core has checked the arguments */
+    int (*rank_devices)(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen);
+} oobx_topo_module_t;
+typedef const oobx_topo_module_t *(*oobx_topo_module_init_fn)(void);
+/* 1 when req's module directory has a hwloc module this library can use (why: its path), else 0 (why:
+ * what is missing or wrong). For `oobx-info -t`. */
+int oobx__topo_hwloc_loads(const topo_request_t *req, char *why, size_t whylen);
 
 /* ---- shared inside topo/ (and reachable by the unit tests) ---- */
 

@@ -1,85 +1,23 @@
-/* Device locality with hwloc: network and OpenFabrics OS devices, where they
- * hang in the PCI tree and which NUMA node and package they are local to,
- * ranked for a target (a PCI device such as a GPU, or a set of CPUs).
- * Closer means: same PCI switch, then same NUMA node, then same package,
- * then anywhere; ties keep their order. */
+/* The hwloc module (liboobx-topo.so): device locality with hwloc. Network and
+ * OpenFabrics OS devices, where they hang in the PCI tree and which NUMA node
+ * and package they are local to, ranked for a target (a PCI device such as a
+ * GPU, or a set of CPUs). Closer means: same PCI switch, then same NUMA node,
+ * then same package, then anywhere; ties keep their order.
+ *
+ * A module, not part of liboobx.so: hwloc (with libudev and libm) costs every
+ * process that maps it, and most never rank a device (one interface
+ * qualifies, or OOBX_SOCKET_IFNAME decides). The core loads this file when a
+ * choice needs it (topo/topo_rank.c) and calls the one op of its table. */
 #include "topo.h"
-#include "util.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "oobx.h"
-
-#ifdef OOBX_HAVE_HWLOC
 #include <hwloc.h>
-#endif
 
-const char *oobx__topo_closeness_name(int closeness)
-{
-    switch (closeness) {
-    case TOPO_CLOSE_SWITCH: return "switch";
-    case TOPO_CLOSE_NUMA: return "numa";
-    case TOPO_CLOSE_PACKAGE: return "package";
-    case TOPO_CLOSE_ANY: return "any";
-    default: return "unknown";
-    }
-}
-
-/* hex digits of s[0..], at most maxdigits, into *v; returns digits read */
-static int topo_hex(const char *s, int maxdigits, unsigned *v)
-{
-    int k = 0;
-    unsigned x = 0;
-    while (k < maxdigits && isxdigit((unsigned char)s[k])) {
-        char ch = (char)tolower((unsigned char)s[k]);
-        x = x * 16 + (unsigned)(isdigit((unsigned char)ch) ? ch - '0' : ch - 'a' + 10);
-        k++;
-    }
-    *v = x;
-    return k;
-}
-
-int oobx__topo_pci_parse(const char *s, unsigned *domain, unsigned *bus, unsigned *dev, unsigned *func)
-{
-    if (!s) return OOBX_ERR_INVALID;
-    while (*s == ' ') s++;
-    unsigned part[4];
-    int nparts = 0;
-    const char *p = s;
-    /* [domain:]bus:dev.func */
-    for (;;) {
-        int k = topo_hex(p, 8, &part[nparts]);
-        if (k == 0) return OOBX_ERR_INVALID;
-        p += k;
-        nparts++;
-        if (*p == ':' && nparts < 3) {
-            p++;
-            continue;
-        }
-        break;
-    }
-    if (nparts != 2 && nparts != 3) return OOBX_ERR_INVALID;
-    if (*p != '.') return OOBX_ERR_INVALID;
-    p++;
-    unsigned fn;
-    int k = topo_hex(p, 1, &fn);
-    if (k != 1) return OOBX_ERR_INVALID;
-    p += k;
-    while (*p == ' ') p++;
-    if (*p != '\0') return OOBX_ERR_INVALID;
-    unsigned d = nparts == 3 ? part[0] : 0;
-    unsigned b = part[nparts - 2], v = part[nparts - 1];
-    if (d > 0xffff || b > 0xff || v > 0x1f || fn > 7) return OOBX_ERR_INVALID;
-    *domain = d;
-    *bus = b;
-    *dev = v;
-    *func = fn;
-    return OOBX_SUCCESS;
-}
+#include "oobx.h"
 
 static void topo_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void topo_why(char *why, size_t whylen, const char *fmt, ...)
@@ -91,7 +29,6 @@ static void topo_why(char *why, size_t whylen, const char *fmt, ...)
     va_end(ap);
 }
 
-#ifdef OOBX_HAVE_HWLOC
 
 typedef struct topo_ctx {
     hwloc_topology_t topo;
@@ -353,7 +290,7 @@ static int topo_ctx_devices(const topo_ctx_t *c, int kind, topo_dev_t **out, int
     return OOBX_SUCCESS;
 }
 
-int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
+static int topo_hwloc_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
 {
     if (!out || !n || kind < 0 || kind > (TOPO_DEV_NET | TOPO_DEV_RDMA)) {
         topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
@@ -387,181 +324,15 @@ int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **ou
     return OOBX_SUCCESS;
 }
 
-int oobx__topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness, char *why,
-                    size_t whylen)
+static const oobx_topo_module_t topo_hwloc_module = {
+    .version = OOBX_TOPO_MODULE_VERSION,
+    .req_size = sizeof(topo_request_t),
+    .dev_size = sizeof(topo_dev_t),
+    .rank_devices = topo_hwloc_rank_devices,
+};
+
+__attribute__((visibility("default"))) const oobx_topo_module_t *oobx_topo_module_init(void);
+const oobx_topo_module_t *oobx_topo_module_init(void)
 {
-    if (!names || !closeness || n < 0) {
-        topo_why(why, whylen, "device ranking: bad arguments");
-        return OOBX_ERR_INVALID;
-    }
-    topo_ctx_t c;
-    int rc = topo_ctx_open(&c, req, why, whylen);
-    if (rc != OOBX_SUCCESS) return rc;
-    topo_dev_t *devs = NULL;
-    int count = 0;
-    rc = topo_ctx_devices(&c, 0, &devs, &count);
-    if (rc != OOBX_SUCCESS) {
-        topo_ctx_close(&c);
-        topo_why(why, whylen, "device ranking: out of memory");
-        return rc;
-    }
-    for (int i = 0; i < n; i++) {
-        closeness[i] = TOPO_CLOSE_UNKNOWN;
-        if (!names[i]) continue;
-        size_t base = strcspn(names[i], ":");
-        int found = -1;
-        for (int k = 0; k < count && found < 0; k++)
-            if (strcmp(devs[k].name, names[i]) == 0) found = k;
-        for (int k = 0; k < count && found < 0; k++)
-            if (strlen(devs[k].name) == base && strncmp(devs[k].name, names[i], base) == 0) found = k;
-        if (found >= 0) closeness[i] = devs[found].closeness;
-    }
-    topo_why(why, whylen, "target %s", c.target_text);
-    free(devs);
-    topo_ctx_close(&c);
-    return OOBX_SUCCESS;
-}
-
-#else /* !OOBX_HAVE_HWLOC */
-
-int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
-{
-    if (!out || !n || kind < 0 || kind > (TOPO_DEV_NET | TOPO_DEV_RDMA)) {
-        topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
-        return OOBX_ERR_INVALID;
-    }
-    unsigned d, b, v, f;
-    if (req && req->pci_target && req->pci_target[0] && oobx__topo_pci_parse(req->pci_target, &d, &b, &v, &f) != 0) {
-        topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", req->pci_target);
-        return OOBX_ERR_INVALID;
-    }
-    topo_why(why, whylen, "hwloc support is not built in");
-    return OOBX_ERR_UNAVAILABLE;
-}
-
-int oobx__topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness, char *why,
-                    size_t whylen)
-{
-    if (!names || !closeness || n < 0) {
-        topo_why(why, whylen, "device ranking: bad arguments");
-        return OOBX_ERR_INVALID;
-    }
-    topo_dev_t *devs = NULL;
-    int count = 0;
-    return oobx__topo_rank_devices(req, 0, &devs, &count, why, whylen);
-}
-
-#endif /* OOBX_HAVE_HWLOC */
-
-int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, int nnames, char *why, size_t whylen)
-{
-    char scratch[8];
-    if (!why || whylen == 0) {
-        why = scratch;
-        whylen = sizeof(scratch);
-    }
-    why[0] = '\0';
-    if (!names || nnames <= 0) {
-        topo_why(why, whylen, "device choice: no candidate device");
-        return OOBX_ERR_INVALID;
-    }
-    for (int i = 0; i < nnames; i++)
-        if (!names[i]) {
-            topo_why(why, whylen, "device choice: candidate %d has no name", i);
-            return OOBX_ERR_INVALID;
-        }
-    const char *want = req && req->net_device && req->net_device[0] ? req->net_device : NULL;
-    if (want) {
-        /* exact; then "mlx5_0" for "mlx5_0:1"; then "mlx5_0:1" for a candidate listed without port */
-        size_t want_base = strcspn(want, ":");
-        for (int pass = 0; pass < 3; pass++)
-            for (int i = 0; i < nnames; i++) {
-                size_t base = strcspn(names[i], ":");
-                int hit = pass == 0   ? strcmp(names[i], want) == 0
-                          : pass == 1 ? (!want[want_base] && base == want_base && strncmp(names[i], want, base) == 0)
-                                      : (!names[i][base] && base == want_base && strncmp(names[i], want, base) == 0);
-                if (hit) {
-                    topo_why(why, whylen, "%s: named by OOBX_NET_DEVICE=%s", names[i], want);
-                    return i;
-                }
-            }
-        topo_why(why, whylen, "OOBX_NET_DEVICE=%s names none of the %d candidates:", want, nnames);
-        for (int i = 0; i < nnames; i++) oobx__appendf(why, whylen, "%s %s", i ? "," : "", names[i]);
-        return OOBX_ERR_UNAVAILABLE;
-    }
-    int *close = calloc((size_t)nnames, sizeof(*close));
-    if (!close) {
-        topo_why(why, whylen, "device choice: out of memory");
-        return OOBX_ERR_NOMEM;
-    }
-    char rwhy[320] = "";
-    int rc = oobx__topo_rank_names(req, names, nnames, close, rwhy, sizeof(rwhy));
-    if (rc == OOBX_ERR_INVALID) {
-        topo_why(why, whylen, "%s", rwhy);
-        free(close);
-        return rc;
-    }
-    if (rc != OOBX_SUCCESS) {
-        topo_why(why, whylen, "%s: first candidate; %s, so the transport's order is kept", names[0], rwhy);
-        free(close);
-        return 0;
-    }
-    int best = 0;
-    for (int i = 1; i < nnames; i++)
-        if (close[i] < close[best]) best = i;
-    if (close[best] == TOPO_CLOSE_UNKNOWN)
-        topo_why(why, whylen, "%s: first candidate; hwloc locates none of the %d, so the transport's order is kept",
-                 names[best], nnames);
-    else if (nnames == 1)
-        topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best], oobx__topo_closeness_name(close[best]), rwhy);
-    else {
-        int ties = 0;
-        for (int i = 0; i < nnames; i++) ties += close[i] == close[best];
-        if (ties > 1)
-            topo_why(why, whylen, "%s: first of the candidates closest (%s), %d of %d; %s", names[best],
-                     oobx__topo_closeness_name(close[best]), ties, nnames, rwhy);
-        else
-            topo_why(why, whylen, "%s: closest (%s) of %d candidates; %s", names[best],
-                     oobx__topo_closeness_name(close[best]), nnames, rwhy);
-    }
-    free(close);
-    return best;
-}
-
-int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen)
-{
-    if (!out || outlen == 0) {
-        topo_why(why, whylen, "device choice: no room for the device name");
-        return OOBX_ERR_INVALID;
-    }
-    topo_dev_t *devs = NULL;
-    int n = 0;
-    char rwhy[320] = "";
-    int rc = oobx__topo_rank_devices(req, TOPO_DEV_RDMA, &devs, &n, rwhy, sizeof(rwhy));
-    if (rc != OOBX_SUCCESS) {
-        topo_why(why, whylen, "%s", rwhy);
-        return rc;
-    }
-    if (n < 2 || devs[0].closeness == devs[n - 1].closeness) {
-        if (n == 0)
-            topo_why(why, whylen, "hwloc sees no RDMA device; %s", rwhy);
-        else if (n == 1)
-            topo_why(why, whylen, "hwloc sees one RDMA device (%s); %s", devs[0].name, rwhy);
-        else
-            topo_why(why, whylen, "the %d RDMA devices are equally close (%s); %s", n,
-                     oobx__topo_closeness_name(devs[0].closeness), rwhy);
-        free(devs);
-        return OOBX_ERR_UNAVAILABLE;
-    }
-    int ties = 0;
-    for (int i = 0; i < n; i++) ties += devs[i].closeness == devs[0].closeness;
-    snprintf(out, outlen, "%s", devs[0].name);
-    if (ties > 1)
-        topo_why(why, whylen, "%s: first of the RDMA devices closest (%s), %d of %d; %s", devs[0].name,
-                 oobx__topo_closeness_name(devs[0].closeness), ties, n, rwhy);
-    else
-        topo_why(why, whylen, "%s: closest (%s) of %d RDMA devices; %s", devs[0].name,
-                 oobx__topo_closeness_name(devs[0].closeness), n, rwhy);
-    free(devs);
-    return OOBX_SUCCESS;
+    return &topo_hwloc_module;
 }

@@ -80,11 +80,11 @@ static void topo_report_req(FILE *out, const topo_request_t *req)
         fprintf(out, "source:   file %s (HWLOC_XMLFILE)\n", hwloc_xml);
     else
         fprintf(out, "source:   this machine\n");
-#ifdef OOBX_HAVE_HWLOC
-    fprintf(out, "hwloc:    built in\n");
-#else
-    fprintf(out, "hwloc:    not built in (devices cannot be ranked; every choice keeps the system's order)\n");
-#endif
+    char mod[1100];
+    if (oobx__topo_hwloc_loads(req, mod, sizeof(mod)))
+        fprintf(out, "hwloc:    module %s\n", mod);
+    else
+        fprintf(out, "hwloc:    none: %s; devices cannot be ranked, every choice keeps the system's order\n", mod);
     if (req->ifname_spec && req->ifname_spec[0]) fprintf(out, "OOBX_SOCKET_IFNAME=%s\n", req->ifname_spec);
     if (req->family != AF_UNSPEC)
         fprintf(out, "OOBX_SOCKET_FAMILY=%s\n", req->family == AF_INET ? "AF_INET" : "AF_INET6");
@@ -183,6 +183,7 @@ void oobx__topo_report(FILE *out, const topo_request_t *req)
         .allow_linklocal = s->socket_linklocal,
         .pci_target = s->topo_pci,
         .net_device = s->net_device,
+        .module_dir = s->module_dir,
     };
     if (topo_comm_id_addr(s->comm_id, &root, &rootlen) == 0) {
         r.match = (const struct sockaddr *)&root;

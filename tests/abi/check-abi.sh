@@ -63,14 +63,27 @@ modules_export_entry_only() {
         local syms
         syms=$(nm -D --defined-only "$m" | awk '{print $3}' | tr '\n' ' ')
         echo "$(basename "$m"): exports: $syms; needs: $(readelf -d "$m" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
-        # a transport module's one entry, or a launcher's rendezvous module's (PMIx)
+        # a transport module's one entry, a launcher's rendezvous module's (PMIx), the hwloc module's
         case "$(basename "$m")" in
         liboobx-pmix.so) [ "$syms" = "oobx_kvs_module_init " ] || return 1 ;;
+        liboobx-topo.so) [ "$syms" = "oobx_topo_module_init " ] || return 1 ;;
         *) [ "$syms" = "oobx_tp_module_init " ] || return 1 ;;
         esac
         readelf -d "$m" | grep -q 'NEEDED.*liboobx' && { echo "$m links the core"; return 1; }
     done
     [ "$n" -gt 0 ] || echo "(no module built)"
+}
+
+core_needs_little() {
+    # what every process of a job maps: the core needs libsodium and the C library, nothing
+    # more; hwloc (with libudev and libm) is the topology module's, loaded when a choice needs it
+    local needed
+    needed=$(readelf -d "$lib/liboobx.so.$version" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+    echo "liboobx.so needs: $needed"
+    case " $needed" in *" libhwloc"* | *" libudev"* | *" libucp"* | *" libibverbs"*) return 1 ;; esac
+    if pkg-config --exists hwloc 2>/dev/null; then
+        [ -e "$lib/oobx/liboobx-topo.so" ] || { echo "hwloc is here but $lib/oobx/liboobx-topo.so was not built"; return 1; }
+    fi
 }
 
 static_archive_clean() {
@@ -108,6 +121,7 @@ do_install() {
         [ -e "$prefix/$f" ] || { echo "missing: $f"; return 1; }
     done
     [ $ucx_built -eq 0 ] || [ -e "$prefix/lib/oobx/liboobx-ucx.so" ] || { echo "missing: lib/oobx/liboobx-ucx.so"; return 1; }
+    [ ! -e "$lib/oobx/liboobx-topo.so" ] || [ -e "$prefix/lib/oobx/liboobx-topo.so" ] || { echo "missing: lib/oobx/liboobx-topo.so"; return 1; }
     find "$prefix" -name '*emu*' | grep -q . && { echo "the emulated verbs device was installed"; return 1; }
     # the installed copies know the installed module directory, not the build tree
     strings "$prefix/lib/liboobx.so.$version" | grep -qx "$prefix/lib/oobx" || { echo "installed liboobx.so does not name $prefix/lib/oobx"; return 1; }
@@ -171,10 +185,11 @@ destdir_roundtrip() {
     [ -z "$left" ] || { echo "left: $left"; return 1; }
 }
 
-echo "[==========] Running 11 test(s)."
+echo "[==========] Running 12 test(s)."
 check exports_only_oobx exports_only_oobx
 check soname_versioned soname_versioned
 check modules_export_entry_only modules_export_entry_only
+check core_needs_little core_needs_little
 check static_archive_clean static_archive_clean
 check clash_shared clash_shared
 check install_layout do_install

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <net/if.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -761,28 +762,114 @@ static void test_report_from_env(void **state)
     free(text);
 }
 
-#else /* !OOBX_HAVE_HWLOC */
+#endif /* OOBX_HAVE_HWLOC */
 
-static void test_without_hwloc(void **state)
+/* ---- without the hwloc module ---------------------------------------------- */
+
+/* Every choice made with req (module_dir already set) keeps the given order, and each
+ * reason contains why_part. */
+static void expect_orders_kept(topo_request_t *req, const char *why_part)
 {
-    (void)state;
-    topo_request_t req = {.xml_path = XML_GPU, .pci_target = "0000:9a:00.0"};
     topo_dev_t *devs = NULL;
     int n = 0;
     char why[512];
-    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
-    assert_why_has(why, "hwloc support is not built in");
+    assert_int_equal(oobx__topo_rank_devices(req, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_null(devs);
+    assert_why_has(why, why_part);
+    /* on the GPU machine mlx5_2 would be closest (test_pick_device_gpu); here the first stays */
     const char *const names[] = {"mlx5_3", "mlx5_2"};
-    assert_int_equal(oobx__topo_pick_device(&req, names, 2, why, sizeof(why)), 0);
-    assert_why_has(why, "not built in");
+    assert_int_equal(oobx__topo_pick_device(req, names, 2, why, sizeof(why)), 0);
+    assert_why_has(why, why_part);
+    assert_why_has(why, "transport's order is kept");
+    int close[2] = {-1, -1};
+    assert_int_equal(oobx__topo_rank_names(req, names, 2, close, why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
     topo_if_t ifs[] = {mk_if("ib3", "10.3.0.5", 24), mk_if("ib2", "10.2.0.5", 24)};
-    expect_pick(ifs, 2, &req, "ib3", NULL, "kept the system's order");
+    expect_pick(ifs, 2, req, "ib3", NULL, "kept the system's order");
     char dev[TOPO_NAME_MAX];
-    assert_int_equal(oobx__topo_closest_rdma(&req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
-    assert_why_has(why, "not built in");
+    assert_int_equal(oobx__topo_closest_rdma(req, dev, sizeof(dev), why, sizeof(why)), OOBX_ERR_UNAVAILABLE);
+    assert_why_has(why, why_part);
+    /* a malformed target is still the caller's error, module or not */
+    topo_request_t bad = *req;
+    bad.pci_target = "3b:00";
+    assert_int_equal(oobx__topo_rank_devices(&bad, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
+    assert_why_has(why, "is not a PCI bus id");
+    /* and the report names what is missing */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    oobx__topo_report(f, req);
+    fclose(f);
+    assert_why_has(text, "hwloc:    none: ");
+    assert_why_has(text, why_part);
+    free(text);
 }
 
+static void test_without_module(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/oobx-topo-mod.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    topo_request_t req = {.xml_path = XML_GPU, .pci_target = "0000:9a:00.0", .module_dir = dir};
+    char path[sizeof(dir) + 32];
+    snprintf(path, sizeof(path), "%s/%s", dir, OOBX_TOPO_MODULE);
+    /* an empty module directory: no module */
+    char want[sizeof(path) + 128];
+    snprintf(want, sizeof(want), "%s is not there", path);
+    expect_orders_kept(&req, want);
+    /* a file of that name that is no shared object: refused, with the loader's word */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("not an ELF file\n", f);
+    fclose(f);
+    snprintf(want, sizeof(want), "hwloc module %s does not load", path);
+    expect_orders_kept(&req, want);
+    /* a shared object without the entry point: the C library, wherever it is */
+    unlink(path);
+    Dl_info libc;
+    assert_int_not_equal(dladdr((void *)fputs, &libc), 0);
+    assert_int_equal(symlink(libc.dli_fname, path), 0);
+    snprintf(want, sizeof(want), "hwloc module %s has no %s", path, OOBX_TOPO_MODULE_INIT);
+    expect_orders_kept(&req, want);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* The library maps hwloc only when a choice needs it: the unit test links the core's archive,
+ * which no longer names libhwloc, so hwloc appears in this process's maps only after a ranking. */
+static int maps_have(const char *needle)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+static void test_hwloc_mapped_on_demand(void **state)
+{
+    (void)state;
+    /* cmocka runs the tests in order in one process: no test before this one ranked a device */
+    assert_int_equal(maps_have("libhwloc"), 0);
+    topo_if_t ifs[] = {mk_if("lo", "127.0.0.1", 8), mk_if("eth0", "10.0.0.5", 24)};
+    topo_request_t req = {.family = AF_UNSPEC, .xml_path = XML_NO_NET, .ifname_spec = "eth0"};
+    topo_if_t out;
+    char why[512];
+    /* a choice that the name filter decides loads nothing */
+    assert_int_equal(oobx__topo_pick_if_from(ifs, 2, &req, &out, why, sizeof(why)), OOBX_SUCCESS);
+    assert_int_equal(maps_have("libhwloc"), 0);
+#ifdef OOBX_HAVE_HWLOC
+    topo_dev_t *devs = NULL;
+    int n = 0;
+    assert_int_equal(oobx__topo_rank_devices(&req, 0, &devs, &n, why, sizeof(why)), OOBX_SUCCESS);
+    free(devs);
+    assert_int_equal(maps_have("libhwloc"), 1);
+    assert_int_equal(maps_have(OOBX_TOPO_MODULE), 1);
 #endif
+}
+
 
 /* ---- real interfaces in a network namespace of our own ------------------- */
 
@@ -985,6 +1072,7 @@ static void test_this_machine(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hwloc_mapped_on_demand),
         cmocka_unit_test(test_ifname_match_grammar),
         cmocka_unit_test(test_virtual_names),
         cmocka_unit_test(test_pci_parse),
@@ -1004,9 +1092,8 @@ int main(void)
         cmocka_unit_test(test_bad_targets),
         cmocka_unit_test(test_report),
         cmocka_unit_test(test_report_from_env),
-#else
-        cmocka_unit_test(test_without_hwloc),
 #endif
+        cmocka_unit_test(test_without_module),
         cmocka_unit_test(test_this_machine),
         cmocka_unit_test(test_netns_interfaces),
     };
