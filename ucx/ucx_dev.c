@@ -95,7 +95,7 @@ void ucx_pick_device(const oobx_settings_t *set, const oobx_log_t *log, char *de
     const char *names[64];
     int k = n > 0 ? ucx_rdma_devices(devs, n, names, (int)OOBX_ARRAY_SIZE(names)) : 0;
     if (k < 2) return;
-    topo_request_t req = {.pci_target = set->topo_pci[0] ? set->topo_pci : NULL};
+    topo_request_t req = {.pci_target = set->topo_pci[0] ? set->topo_pci : NULL, .module_dir = set->module_dir};
     char why[256] = "";
     int i = log->api->topo_pick_device(&req, names, k, why, sizeof(why));
     if (i < 0 || i >= k) {

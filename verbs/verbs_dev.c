@@ -148,6 +148,7 @@ int verbs_choose(const oobx_core_api_t *core, const oobx_settings_t *s, const vo
     topo_request_t req = {
         .pci_target = s->topo_pci[0] ? s->topo_pci : NULL,
         .net_device = s->net_device[0] ? s->net_device : NULL,
+        .module_dir = s->module_dir,
     };
     char pwhy[512] = "";
     int idx = core->topo_pick_device(&req, names, ndev, pwhy, sizeof(pwhy));
@@ -180,6 +181,7 @@ int verbs_choose(const oobx_core_api_t *core, const oobx_settings_t *s, const vo
         .match = root_hint,
         .matchlen = root_hint_len,
         .pci_target = s->topo_pci[0] ? s->topo_pci : NULL,
+        .module_dir = s->module_dir,
     };
     topo_if_t ifc;
     char iwhy[400] = "";
