@@ -121,6 +121,8 @@ int oobx__topo_pci_parse(const char *s, unsigned *domain, unsigned *bus, unsigne
  * OOBX_ERR_UNAVAILABLE with why when hwloc cannot tell. */
 int oobx__topo_rank_names(const topo_request_t *req, const char *const *names, int n, int *closeness,
                     char *why, size_t whylen);
+/* printf into why (whylen bytes); nothing when why is NULL or whylen 0 */
+void oobx__topo_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "switch", "numa", "package", "any", "unknown" */
 const char *oobx__topo_closeness_name(int closeness);
 /* 1 when the interface is a container or VM bridge (docker*, virbr*, veth*): chosen after real ones. */

@@ -11,7 +11,6 @@
 #include "topo.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,15 +18,6 @@
 
 #include "oobx.h"
 
-static void topo_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void topo_why(char *why, size_t whylen, const char *fmt, ...)
-{
-    if (!why || whylen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-}
 
 
 typedef struct topo_ctx {
@@ -117,7 +107,7 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
     const char *xml = req && req->xml_path && req->xml_path[0] ? req->xml_path : NULL;
     unsigned dom = 0, bus = 0, dev = 0, fn = 0;
     if (pci && oobx__topo_pci_parse(pci, &dom, &bus, &dev, &fn) != OOBX_SUCCESS) {
-        topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", pci);
+        oobx__topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", pci);
         return OOBX_ERR_INVALID;
     }
     c->target_cpus = hwloc_bitmap_alloc();
@@ -125,13 +115,13 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
     c->target_pkgs = hwloc_bitmap_alloc();
     if (!c->target_cpus || !c->target_nodes || !c->target_pkgs) {
         topo_ctx_close(c);
-        topo_why(why, whylen, "hwloc: out of memory");
+        oobx__topo_why(why, whylen, "hwloc: out of memory");
         return OOBX_ERR_NOMEM;
     }
     if (hwloc_topology_init(&c->topo) != 0) {
         c->topo = NULL;
         topo_ctx_close(c);
-        topo_why(why, whylen, "hwloc: cannot initialise a topology: %s", strerror(errno));
+        oobx__topo_why(why, whylen, "hwloc: cannot initialise a topology: %s", strerror(errno));
         return OOBX_ERR_UNAVAILABLE;
     }
     /* Only packages, NUMA nodes, PCI devices and the network/OpenFabrics OS
@@ -153,13 +143,13 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
     if (xml && hwloc_topology_set_xml(c->topo, xml) != 0) {
         int err = errno;
         topo_ctx_close(c);
-        topo_why(why, whylen, "hwloc cannot read the topology file %s: %s", xml, strerror(err));
+        oobx__topo_why(why, whylen, "hwloc cannot read the topology file %s: %s", xml, strerror(err));
         return OOBX_ERR_UNAVAILABLE;
     }
     if (hwloc_topology_load(c->topo) != 0) {
         int err = errno;
         topo_ctx_close(c);
-        topo_why(why, whylen, "hwloc cannot load the topology%s%s: %s", xml ? " file " : " of this machine",
+        oobx__topo_why(why, whylen, "hwloc cannot load the topology%s%s: %s", xml ? " file " : " of this machine",
                  xml ? xml : "", err ? strerror(err) : "unknown error");
         return OOBX_ERR_UNAVAILABLE;
     }
@@ -180,20 +170,20 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
     if (cpulist) {
         if (hwloc_bitmap_list_sscanf(c->target_cpus, cpulist) != 0 || hwloc_bitmap_iszero(c->target_cpus)) {
             topo_ctx_close(c);
-            topo_why(why, whylen, "CPU list '%s' is not a list of CPU numbers such as 0-3,8", cpulist);
+            oobx__topo_why(why, whylen, "CPU list '%s' is not a list of CPU numbers such as 0-3,8", cpulist);
             return OOBX_ERR_INVALID;
         }
         if (!hwloc_bitmap_intersects(c->target_cpus, all)) {
             char have[96];
             topo_bitmap_text(all, have, sizeof(have));
             topo_ctx_close(c);
-            topo_why(why, whylen, "CPU list '%s' holds no CPU of the topology (it has CPUs %s)", cpulist, have);
+            oobx__topo_why(why, whylen, "CPU list '%s' holds no CPU of the topology (it has CPUs %s)", cpulist, have);
             return OOBX_ERR_INVALID;
         }
         hwloc_bitmap_t cpus = hwloc_bitmap_dup(c->target_cpus);
         if (!cpus) {
             topo_ctx_close(c);
-            topo_why(why, whylen, "hwloc: out of memory");
+            oobx__topo_why(why, whylen, "hwloc: out of memory");
             return OOBX_ERR_NOMEM;
         }
         hwloc_bitmap_and(cpus, cpus, all);
@@ -293,7 +283,7 @@ static int topo_ctx_devices(const topo_ctx_t *c, int kind, topo_dev_t **out, int
 static int topo_hwloc_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
 {
     if (!out || !n || kind < 0 || kind > (TOPO_DEV_NET | TOPO_DEV_RDMA)) {
-        topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
+        oobx__topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
         return OOBX_ERR_INVALID;
     }
     topo_ctx_t c;
@@ -304,7 +294,7 @@ static int topo_hwloc_rank_devices(const topo_request_t *req, int kind, topo_dev
     rc = topo_ctx_devices(&c, kind, &devs, &count);
     if (rc != OOBX_SUCCESS) {
         topo_ctx_close(&c);
-        topo_why(why, whylen, "device ranking: out of memory");
+        oobx__topo_why(why, whylen, "device ranking: out of memory");
         return rc;
     }
     /* stable insertion sort: ties keep the topology's order */
@@ -317,7 +307,7 @@ static int topo_hwloc_rank_devices(const topo_request_t *req, int kind, topo_dev
         }
         devs[j + 1] = d;
     }
-    topo_why(why, whylen, "target %s", c.target_text);
+    oobx__topo_why(why, whylen, "target %s", c.target_text);
     topo_ctx_close(&c);
     *out = devs;
     *n = count;

@@ -8,22 +8,11 @@
 #include "util.h"
 
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "oobx.h"
-
-static void topo_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void topo_why(char *why, size_t whylen, const char *fmt, ...)
-{
-    if (!why || whylen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-}
 
 /* The hwloc module of req's module directory (the library's own when unset),
  * or NULL with why. Loaded with RTLD_NODELETE: once a process has ranked a
@@ -38,19 +27,19 @@ static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *wh
     if (!h) {
         const char *err = dlerror();
         if (access(path, F_OK) != 0)
-            topo_why(why, whylen, "no hwloc module: %s is not there (hwloc support not built or not installed)", path);
+            oobx__topo_why(why, whylen, "no hwloc module: %s is not there (hwloc support not built or not installed)", path);
         else
-            topo_why(why, whylen, "hwloc module %s does not load: %s", path, err ? err : "unknown error");
+            oobx__topo_why(why, whylen, "hwloc module %s does not load: %s", path, err ? err : "unknown error");
         return NULL;
     }
     oobx_topo_module_init_fn init;
     *(void **)&init = dlsym(h, OOBX_TOPO_MODULE_INIT);
     const oobx_topo_module_t *m = init ? init() : NULL;
     if (!init)
-        topo_why(why, whylen, "hwloc module %s has no %s", path, OOBX_TOPO_MODULE_INIT);
+        oobx__topo_why(why, whylen, "hwloc module %s has no %s", path, OOBX_TOPO_MODULE_INIT);
     else if (!m || m->version != OOBX_TOPO_MODULE_VERSION || m->req_size != sizeof(topo_request_t) ||
              m->dev_size != sizeof(topo_dev_t) || !m->rank_devices)
-        topo_why(why, whylen, "hwloc module %s is of another build (interface %d, the library's %d)", path,
+        oobx__topo_why(why, whylen, "hwloc module %s is of another build (interface %d, the library's %d)", path,
                  m ? m->version : 0, OOBX_TOPO_MODULE_VERSION);
     else {
         dlclose(h); /* stays mapped (RTLD_NODELETE) */
@@ -64,20 +53,20 @@ int oobx__topo_hwloc_loads(const topo_request_t *req, char *why, size_t whylen)
 {
     if (!topo_module(req, why, whylen)) return 0;
     const char *dir = req && req->module_dir && req->module_dir[0] ? req->module_dir : oobx__module_dir_builtin;
-    topo_why(why, whylen, "%s/%s", dir, OOBX_TOPO_MODULE);
+    oobx__topo_why(why, whylen, "%s/%s", dir, OOBX_TOPO_MODULE);
     return 1;
 }
 
 int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
 {
     if (!out || !n || kind < 0 || kind > (TOPO_DEV_NET | TOPO_DEV_RDMA)) {
-        topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
+        oobx__topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);
         return OOBX_ERR_INVALID;
     }
     /* a malformed target is the caller's error, module or not */
     unsigned d, b, v, f;
     if (req && req->pci_target && req->pci_target[0] && oobx__topo_pci_parse(req->pci_target, &d, &b, &v, &f) != 0) {
-        topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", req->pci_target);
+        oobx__topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", req->pci_target);
         return OOBX_ERR_INVALID;
     }
     const oobx_topo_module_t *m = topo_module(req, why, whylen);
@@ -91,7 +80,7 @@ int oobx__topo_rank_names(const topo_request_t *req, const char *const *names, i
                           size_t whylen)
 {
     if (!names || !closeness || n < 0) {
-        topo_why(why, whylen, "device ranking: bad arguments");
+        oobx__topo_why(why, whylen, "device ranking: bad arguments");
         return OOBX_ERR_INVALID;
     }
     topo_dev_t *devs = NULL;
@@ -122,12 +111,12 @@ int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, 
     }
     why[0] = '\0';
     if (!names || nnames <= 0) {
-        topo_why(why, whylen, "device choice: no candidate device");
+        oobx__topo_why(why, whylen, "device choice: no candidate device");
         return OOBX_ERR_INVALID;
     }
     for (int i = 0; i < nnames; i++)
         if (!names[i]) {
-            topo_why(why, whylen, "device choice: candidate %d has no name", i);
+            oobx__topo_why(why, whylen, "device choice: candidate %d has no name", i);
             return OOBX_ERR_INVALID;
         }
     const char *want = req && req->net_device && req->net_device[0] ? req->net_device : NULL;
@@ -141,28 +130,28 @@ int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, 
                           : pass == 1 ? (!want[want_base] && base == want_base && strncmp(names[i], want, base) == 0)
                                       : (!names[i][base] && base == want_base && strncmp(names[i], want, base) == 0);
                 if (hit) {
-                    topo_why(why, whylen, "%s: named by OOBX_NET_DEVICE=%s", names[i], want);
+                    oobx__topo_why(why, whylen, "%s: named by OOBX_NET_DEVICE=%s", names[i], want);
                     return i;
                 }
             }
-        topo_why(why, whylen, "OOBX_NET_DEVICE=%s names none of the %d candidates:", want, nnames);
+        oobx__topo_why(why, whylen, "OOBX_NET_DEVICE=%s names none of the %d candidates:", want, nnames);
         for (int i = 0; i < nnames; i++) oobx__appendf(why, whylen, "%s %s", i ? "," : "", names[i]);
         return OOBX_ERR_UNAVAILABLE;
     }
     int *close = calloc((size_t)nnames, sizeof(*close));
     if (!close) {
-        topo_why(why, whylen, "device choice: out of memory");
+        oobx__topo_why(why, whylen, "device choice: out of memory");
         return OOBX_ERR_NOMEM;
     }
     char rwhy[320] = "";
     int rc = oobx__topo_rank_names(req, names, nnames, close, rwhy, sizeof(rwhy));
     if (rc == OOBX_ERR_INVALID) {
-        topo_why(why, whylen, "%s", rwhy);
+        oobx__topo_why(why, whylen, "%s", rwhy);
         free(close);
         return rc;
     }
     if (rc != OOBX_SUCCESS) {
-        topo_why(why, whylen, "%s: first candidate; %s, so the transport's order is kept", names[0], rwhy);
+        oobx__topo_why(why, whylen, "%s: first candidate; %s, so the transport's order is kept", names[0], rwhy);
         free(close);
         return 0;
     }
@@ -170,18 +159,18 @@ int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, 
     for (int i = 1; i < nnames; i++)
         if (close[i] < close[best]) best = i;
     if (close[best] == TOPO_CLOSE_UNKNOWN)
-        topo_why(why, whylen, "%s: first candidate; hwloc locates none of the %d, so the transport's order is kept",
+        oobx__topo_why(why, whylen, "%s: first candidate; hwloc locates none of the %d, so the transport's order is kept",
                  names[best], nnames);
     else if (nnames == 1)
-        topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best], oobx__topo_closeness_name(close[best]), rwhy);
+        oobx__topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best], oobx__topo_closeness_name(close[best]), rwhy);
     else {
         int ties = 0;
         for (int i = 0; i < nnames; i++) ties += close[i] == close[best];
         if (ties > 1)
-            topo_why(why, whylen, "%s: first of the candidates closest (%s), %d of %d; %s", names[best],
+            oobx__topo_why(why, whylen, "%s: first of the candidates closest (%s), %d of %d; %s", names[best],
                      oobx__topo_closeness_name(close[best]), ties, nnames, rwhy);
         else
-            topo_why(why, whylen, "%s: closest (%s) of %d candidates; %s", names[best],
+            oobx__topo_why(why, whylen, "%s: closest (%s) of %d candidates; %s", names[best],
                      oobx__topo_closeness_name(close[best]), nnames, rwhy);
     }
     free(close);
@@ -191,7 +180,7 @@ int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, 
 int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen, char *why, size_t whylen)
 {
     if (!out || outlen == 0) {
-        topo_why(why, whylen, "device choice: no room for the device name");
+        oobx__topo_why(why, whylen, "device choice: no room for the device name");
         return OOBX_ERR_INVALID;
     }
     topo_dev_t *devs = NULL;
@@ -199,16 +188,16 @@ int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen,
     char rwhy[320] = "";
     int rc = oobx__topo_rank_devices(req, TOPO_DEV_RDMA, &devs, &n, rwhy, sizeof(rwhy));
     if (rc != OOBX_SUCCESS) {
-        topo_why(why, whylen, "%s", rwhy);
+        oobx__topo_why(why, whylen, "%s", rwhy);
         return rc;
     }
     if (n < 2 || devs[0].closeness == devs[n - 1].closeness) {
         if (n == 0)
-            topo_why(why, whylen, "hwloc sees no RDMA device; %s", rwhy);
+            oobx__topo_why(why, whylen, "hwloc sees no RDMA device; %s", rwhy);
         else if (n == 1)
-            topo_why(why, whylen, "hwloc sees one RDMA device (%s); %s", devs[0].name, rwhy);
+            oobx__topo_why(why, whylen, "hwloc sees one RDMA device (%s); %s", devs[0].name, rwhy);
         else
-            topo_why(why, whylen, "the %d RDMA devices are equally close (%s); %s", n,
+            oobx__topo_why(why, whylen, "the %d RDMA devices are equally close (%s); %s", n,
                      oobx__topo_closeness_name(devs[0].closeness), rwhy);
         free(devs);
         return OOBX_ERR_UNAVAILABLE;
@@ -217,10 +206,10 @@ int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen,
     for (int i = 0; i < n; i++) ties += devs[i].closeness == devs[0].closeness;
     snprintf(out, outlen, "%s", devs[0].name);
     if (ties > 1)
-        topo_why(why, whylen, "%s: first of the RDMA devices closest (%s), %d of %d; %s", devs[0].name,
+        oobx__topo_why(why, whylen, "%s: first of the RDMA devices closest (%s), %d of %d; %s", devs[0].name,
                  oobx__topo_closeness_name(devs[0].closeness), ties, n, rwhy);
     else
-        topo_why(why, whylen, "%s: closest (%s) of %d RDMA devices; %s", devs[0].name,
+        oobx__topo_why(why, whylen, "%s: closest (%s) of %d RDMA devices; %s", devs[0].name,
                  oobx__topo_closeness_name(devs[0].closeness), n, rwhy);
     free(devs);
     return OOBX_SUCCESS;

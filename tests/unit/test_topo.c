@@ -88,6 +88,19 @@ static void if_addr_text(const topo_if_t *t, char *buf, size_t len)
     } while (0)
 
 /* picks from ifs and checks name and address */
+/* oobx__topo_report's text for req (NULL: from the environment); the caller frees it. */
+static char *report_text(const topo_request_t *req)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    oobx__topo_report(f, req);
+    fclose(f);
+    assert_non_null(text);
+    return text;
+}
+
 static void expect_pick(const topo_if_t *ifs, int n, const topo_request_t *req, const char *name, const char *addr,
                         const char *why_part)
 {
@@ -697,13 +710,8 @@ static void test_bad_targets(void **state)
 static void test_report(void **state)
 {
     (void)state;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
     topo_request_t req = {.xml_path = XML_GPU, .pci_target = "0000:9a:00.0", .ifname_spec = "lo"};
-    oobx__topo_report(f, &req);
-    fclose(f);
+    char *text = report_text(&req);
     assert_why_has(text, "source:   file " XML_GPU);
     assert_why_has(text, "target PCI 0000:9a:00.0 (CPUs 8-11, NUMA 1, package 1)");
     assert_why_has(text, "mlx5_2       rdma  0000:9b:00.0  1     1        switch");
@@ -711,14 +719,10 @@ static void test_report(void **state)
     assert_why_has(text, "verbs   mlx5_2: closest (switch)");
     assert_why_has(text, "ucx     mlx5_2: closest (switch)");
     free(text);
-    text = NULL;
-    f = open_memstream(&text, &len);
-    assert_non_null(f);
     req.xml_path = XML_NO_NET;
     req.pci_target = NULL;
     req.net_device = "mlx5_4";
-    oobx__topo_report(f, &req);
-    fclose(f);
+    text = report_text(&req);
     assert_why_has(text, "(no network or RDMA device)");
     assert_why_has(text, "verbs   mlx5_4 (named by OOBX_NET_DEVICE)");
     free(text);
@@ -737,12 +741,7 @@ static void test_report_from_env(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         setenv("OOBX_SOCKET_IFNAME", "lo", 1);
         setenv("OOBX_COMM_ID", cases[i].comm_id, 1);
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        assert_non_null(f);
-        oobx__topo_report(f, NULL);
-        fclose(f);
+        char *text = report_text(NULL);
         unsetenv("OOBX_SOCKET_IFNAME");
         unsetenv("OOBX_COMM_ID");
         assert_why_has(text, cases[i].comm_id);
@@ -751,12 +750,7 @@ static void test_report_from_env(void **state)
     }
     /* a malformed setting is reported, not ignored */
     setenv("OOBX_SOCKET_FAMILY", "AF_APPLETALK", 1);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    oobx__topo_report(f, NULL);
-    fclose(f);
+    char *text = report_text(NULL);
     unsetenv("OOBX_SOCKET_FAMILY");
     assert_why_has(text, "do not parse");
     free(text);
@@ -794,12 +788,7 @@ static void expect_orders_kept(topo_request_t *req, const char *why_part)
     assert_int_equal(oobx__topo_rank_devices(&bad, 0, &devs, &n, why, sizeof(why)), OOBX_ERR_INVALID);
     assert_why_has(why, "is not a PCI bus id");
     /* and the report names what is missing */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    oobx__topo_report(f, req);
-    fclose(f);
+    char *text = report_text(req);
     assert_why_has(text, "hwloc:    none: ");
     assert_why_has(text, why_part);
     free(text);

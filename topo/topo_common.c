@@ -1,8 +1,9 @@
-/* PCI bus ids and closeness names: pure helpers of topo/, linked into the core
- * library and into the hwloc module (liboobx-topo.so) alike. */
+/* Pure helpers of topo/ (PCI bus ids, closeness names, reasons), linked into
+ * the core library and into the hwloc module (liboobx-topo.so) alike. */
 #include "topo.h"
 
 #include <ctype.h>
+#include <stdarg.h>
 
 #include "oobx.h"
 
@@ -67,4 +68,13 @@ int oobx__topo_pci_parse(const char *s, unsigned *domain, unsigned *bus, unsigne
     *dev = v;
     *func = fn;
     return OOBX_SUCCESS;
+}
+
+void oobx__topo_why(char *why, size_t whylen, const char *fmt, ...)
+{
+    if (!why || whylen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
 }
