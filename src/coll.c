@@ -619,7 +619,6 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
         goto out;
     }
     uint32_t status = 0;
-    uint64_t t_copy = oobx__now_ns();
     for (int s = 1; s < n && !status; s++) {
         int q = (me + s) % n; /* each rank starts at another peer */
         const unsigned char *rq = recs + (size_t)q * DIRECT_REC;
@@ -632,7 +631,6 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
         }
     }
     oobx__put_u32(st + 4 * (size_t)me, status);
-    oobx__ep_spin_work(ep, oobx__now_ns() - t_copy); /* the others finish their copies about as late */
     rc = algo_allgather(c, g, st, 4, "auto");
     if (rc != 0) goto out;
     int bad = -1;
@@ -649,7 +647,6 @@ static int direct_allgather(const oobx__ep_view_t *c, const coll_group_t *g, cha
                    c->rank, bad, oobx__get_u32(st + 4 * (size_t)bad) - 1);
     }
 out:
-    oobx__ep_spin_work(ep, 0);
     if (stage) {
         ep->direct.staged += *done;
         ep->direct.stage_busy = 0;
@@ -872,7 +869,6 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
         goto out;
     }
     uint32_t status = BCAST_READ_OK;
-    uint64_t t_copy = oobx__now_ns();
     if (me != root) {
         uint64_t rbytes = oobx__get_u64(rec + OOBX_CMA_ID_BYTES + 8);
         uint64_t src = oobx__get_u64(rec + OOBX_CMA_ID_BYTES);
@@ -887,7 +883,6 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
     }
     oobx__put_u32(st + (size_t)me * DIRECT_BCAST_ST, status);
     oobx__put_u64(st + (size_t)me * DIRECT_BCAST_ST + 4, bytes);
-    if (me != root) oobx__ep_spin_work(ep, oobx__now_ns() - t_copy); /* the other readers finish about as late */
     rc = algo_allgather(c, g, st, DIRECT_BCAST_ST, "auto");
     if (rc != 0) goto out;
     int failed = 0;
@@ -916,7 +911,6 @@ static int direct_bcast(const oobx__ep_view_t *c, const coll_group_t *g, int roo
         if (g->direct_skip) g->direct_skip[SKIP_BCAST] = OOBX_DIRECT_RETRY_AFTER;
     }
 out:
-    oobx__ep_spin_work(ep, 0);
     free(st);
     return rc;
 }

@@ -1476,23 +1476,10 @@ static void spin_adapt(oobx_ep_t *ep, uint64_t ns)
                                                 : (uint32_t)w;
 }
 
-/* Peers that copied as much as this rank finish within a fraction of the
- * copy's time of it, and a wake-up from sleep costs tens of microseconds on
- * a virtual machine: after a copy of its own, a rank that polls at all
- * polls through the others' tail instead of sleeping through it. Half the
- * copy bounds what the poll costs at a third of the call's CPU. */
-void oobx__ep_spin_work(oobx_ep_t *ep, uint64_t work_ns)
-{
-    uint64_t w = work_ns / 2;
-    ep->spin_work_ns = w > OOBX_SPIN_WORK_MAX_NS ? OOBX_SPIN_WORK_MAX_NS : (uint32_t)w;
-}
-
 /* The polling window of the next wait, in ns (0: sleep at once). */
 static uint64_t spin_window(const oobx_ep_t *ep)
 {
-    if (ep->spin_us > 0) return (uint64_t)ep->spin_us * 1000ull;
-    if (ep->spin_us == 0 || !ep->spin_ns) return 0;
-    return ep->spin_ns > ep->spin_work_ns ? ep->spin_ns : ep->spin_work_ns;
+    return ep->spin_us > 0 ? (uint64_t)ep->spin_us * 1000ull : ep->spin_us < 0 ? ep->spin_ns : 0;
 }
 
 /* The passes a polling wait makes before its first clock read: half its

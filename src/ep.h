@@ -17,7 +17,6 @@
 #define OOBX_SPIN_ADAPT_EVERY 4     /* waits between two choices of the window */
 #define OOBX_SPIN_CHECK_EVERY 16    /* polling passes between two clock reads (and lock hand-overs) */
 #define OOBX_SPIN_FIRST_MAX 256     /* passes with no clock at the start of a wait (at most half the window) */
-#define OOBX_SPIN_WORK_MAX_NS 1000000 /* the window after a call's own large copy (oobx__ep_spin_work) at most */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,7 +149,6 @@ typedef struct oobx_ep {
     const oobx_log_t *log;
     int spin_us;        /* OOBX_SPIN_US: > 0 a fixed window, 0 never, < 0 adaptive (spin_ns) */
     uint32_t spin_ns;   /* the adaptive window: 0 until the cards say no host is oversubscribed */
-    uint32_t spin_work_ns; /* the window's floor for the rest of a call that did a large copy (oobx__ep_spin_work) */
     uint32_t waits_ns[OOBX_EP_WAITS]; /* the last waits' lengths, for the adaptive window */
     unsigned nwaits;
     uint32_t pass_ns;   /* what one polling pass took, measured while polling (0: not yet) */
@@ -352,11 +350,6 @@ void oobx__ep_flush_notices(oobx_ep_t *ep, int ms);
  * its queue; NULL when none is in. Lock held. */
 const void *oobx__ep_ux_peek(oobx_ep_t *ep, uint64_t ctx, uint32_t kind, int src, uint64_t tag, size_t *len);
 void oobx__ep_set_spin(oobx_ep_t *ep, int oversubscribed);
-/* The calling collective just spent work_ns copying its share (the direct
- * allgather's reads): until it calls this again with 0, its waits poll for
- * at least half of that (at most OOBX_SPIN_WORK_MAX_NS), where the adaptive
- * window polls at all. Lock held. */
-void oobx__ep_spin_work(oobx_ep_t *ep, uint64_t work_ns);
 
 /* Sleeps until done(arg) is true, making progress. done may post more
  * requests. Returns 0, OOBX_ERR_TIMEOUT or OOBX_ERR_ABORTED; the caller writes
