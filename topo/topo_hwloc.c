@@ -150,7 +150,7 @@ static int topo_ctx_open(topo_ctx_t *c, const topo_request_t *req, char *why, si
         int err = errno;
         topo_ctx_close(c);
         oobx__topo_why(why, whylen, "hwloc cannot load the topology%s%s: %s", xml ? " file " : " of this machine",
-                 xml ? xml : "", err ? strerror(err) : "unknown error");
+                       xml ? xml : "", err ? strerror(err) : "unknown error");
         return OOBX_ERR_UNAVAILABLE;
     }
     hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(c->topo);
@@ -280,7 +280,8 @@ static int topo_ctx_devices(const topo_ctx_t *c, int kind, topo_dev_t **out, int
     return OOBX_SUCCESS;
 }
 
-static int topo_hwloc_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why, size_t whylen)
+static int topo_hwloc_rank_devices(const topo_request_t *req, int kind, topo_dev_t **out, int *n, char *why,
+                                   size_t whylen)
 {
     if (!out || !n || kind < 0 || kind > (TOPO_DEV_NET | TOPO_DEV_RDMA)) {
         oobx__topo_why(why, whylen, "device ranking: bad arguments (kind %d)", kind);

@@ -14,20 +14,26 @@
 
 #include "oobx.h"
 
-/* The hwloc module of req's module directory (the library's own when unset),
- * or NULL with why. Loaded with RTLD_NODELETE: once a process has ranked a
- * device, hwloc stays mapped and the next choice pays no load; the handle's
- * reference is dropped at once, so loading it again costs nothing more. */
-static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *why, size_t whylen)
+/* Where req's hwloc module is: its module directory's, the library's own when unset. */
+static void topo_module_path(const topo_request_t *req, char *path, size_t len)
 {
     const char *dir = req && req->module_dir && req->module_dir[0] ? req->module_dir : oobx__module_dir_builtin;
+    snprintf(path, len, "%s/%s", dir, OOBX_TOPO_MODULE);
+}
+
+/* The hwloc module, or NULL with why. A module that passes the checks is
+ * made RTLD_NODELETE: once a process has ranked a device, hwloc stays mapped
+ * and the next choice pays no load; one that fails them is unloaded again. */
+static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *why, size_t whylen)
+{
     char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", dir, OOBX_TOPO_MODULE);
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    topo_module_path(req, path, sizeof(path));
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *err = dlerror();
         if (access(path, F_OK) != 0)
-            oobx__topo_why(why, whylen, "no hwloc module: %s is not there (hwloc support not built or not installed)", path);
+            oobx__topo_why(why, whylen, "no hwloc module: %s is not there (hwloc support not built or not installed)",
+                           path);
         else
             oobx__topo_why(why, whylen, "hwloc module %s does not load: %s", path, err ? err : "unknown error");
         return NULL;
@@ -40,10 +46,15 @@ static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *wh
     else if (!m || m->version != OOBX_TOPO_MODULE_VERSION || m->req_size != sizeof(topo_request_t) ||
              m->dev_size != sizeof(topo_dev_t) || !m->rank_devices)
         oobx__topo_why(why, whylen, "hwloc module %s is of another build (interface %d, the library's %d)", path,
-                 m ? m->version : 0, OOBX_TOPO_MODULE_VERSION);
+                       m ? m->version : 0, OOBX_TOPO_MODULE_VERSION);
     else {
-        dlclose(h); /* stays mapped (RTLD_NODELETE) */
-        return m;
+        /* pinned: this handle's reference can go, the module stays */
+        void *pin = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE);
+        if (pin) {
+            dlclose(pin);
+            dlclose(h);
+        }
+        return m; /* without the pin, h stays open: the module stays all the same */
     }
     dlclose(h);
     return NULL;
@@ -52,8 +63,9 @@ static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *wh
 int oobx__topo_hwloc_loads(const topo_request_t *req, char *why, size_t whylen)
 {
     if (!topo_module(req, why, whylen)) return 0;
-    const char *dir = req && req->module_dir && req->module_dir[0] ? req->module_dir : oobx__module_dir_builtin;
-    oobx__topo_why(why, whylen, "%s/%s", dir, OOBX_TOPO_MODULE);
+    char path[1024];
+    topo_module_path(req, path, sizeof(path));
+    oobx__topo_why(why, whylen, "%s", path);
     return 1;
 }
 
@@ -159,19 +171,21 @@ int oobx__topo_pick_device(const topo_request_t *req, const char *const *names, 
     for (int i = 1; i < nnames; i++)
         if (close[i] < close[best]) best = i;
     if (close[best] == TOPO_CLOSE_UNKNOWN)
-        oobx__topo_why(why, whylen, "%s: first candidate; hwloc locates none of the %d, so the transport's order is kept",
-                 names[best], nnames);
+        oobx__topo_why(why, whylen,
+                       "%s: first candidate; hwloc locates none of the %d, so the transport's order is kept",
+                       names[best], nnames);
     else if (nnames == 1)
-        oobx__topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best], oobx__topo_closeness_name(close[best]), rwhy);
+        oobx__topo_why(why, whylen, "%s: the only candidate (%s; %s)", names[best],
+                       oobx__topo_closeness_name(close[best]), rwhy);
     else {
         int ties = 0;
         for (int i = 0; i < nnames; i++) ties += close[i] == close[best];
         if (ties > 1)
             oobx__topo_why(why, whylen, "%s: first of the candidates closest (%s), %d of %d; %s", names[best],
-                     oobx__topo_closeness_name(close[best]), ties, nnames, rwhy);
+                           oobx__topo_closeness_name(close[best]), ties, nnames, rwhy);
         else
             oobx__topo_why(why, whylen, "%s: closest (%s) of %d candidates; %s", names[best],
-                     oobx__topo_closeness_name(close[best]), nnames, rwhy);
+                           oobx__topo_closeness_name(close[best]), nnames, rwhy);
     }
     free(close);
     return best;
@@ -198,7 +212,7 @@ int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen,
             oobx__topo_why(why, whylen, "hwloc sees one RDMA device (%s); %s", devs[0].name, rwhy);
         else
             oobx__topo_why(why, whylen, "the %d RDMA devices are equally close (%s); %s", n,
-                     oobx__topo_closeness_name(devs[0].closeness), rwhy);
+                           oobx__topo_closeness_name(devs[0].closeness), rwhy);
         free(devs);
         return OOBX_ERR_UNAVAILABLE;
     }
@@ -207,10 +221,10 @@ int oobx__topo_closest_rdma(const topo_request_t *req, char *out, size_t outlen,
     snprintf(out, outlen, "%s", devs[0].name);
     if (ties > 1)
         oobx__topo_why(why, whylen, "%s: first of the RDMA devices closest (%s), %d of %d; %s", devs[0].name,
-                 oobx__topo_closeness_name(devs[0].closeness), ties, n, rwhy);
+                       oobx__topo_closeness_name(devs[0].closeness), ties, n, rwhy);
     else
         oobx__topo_why(why, whylen, "%s: closest (%s) of %d RDMA devices; %s", devs[0].name,
-                 oobx__topo_closeness_name(devs[0].closeness), n, rwhy);
+                       oobx__topo_closeness_name(devs[0].closeness), n, rwhy);
     free(devs);
     return OOBX_SUCCESS;
 }
