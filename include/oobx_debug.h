@@ -56,6 +56,9 @@ typedef struct oobx_coll_counts {
     unsigned long long direct_staged;    /* direct allgathers for which this rank copied its slice of plain
                                           * memory into its own mapped region first (OOBX_ALLGATHER_STAGE_MIN;
                                           * since 1.2) */
+    unsigned long long node_fresh;       /* node-aware allgathers whose result the kernel wrote into fresh pages
+                                          * as it mapped them (a crowded host, a buffer not yet in memory;
+                                          * since 1.2) */
 } oobx_coll_counts_t;
 #define OOBX_COLL_COUNTS_INIT {.struct_size = sizeof(oobx_coll_counts_t)}
 OOBX_API int oobx_debug_coll_counts(oobx_comm_t comm, oobx_coll_counts_t *counts);

@@ -1538,7 +1538,7 @@ static int node_collective_run(struct oobx_comm *c, void *buf, size_t bpr, int b
     c->node.cancel.poll = node_poll;
     c->node.cancel.poll_arg = c;
     pthread_mutex_unlock(&c->v.ep->lock);
-    int b = (int)(u & 1);
+    int b = (int)(u & 1), fresh = 0;
     uint32_t k = u >> 1;
     c->node.cancel.deadline_ns = oobx__deadline(c->settings.timeout_ms);
     int rc = oobx__node_ag_enter(seg, b, k, sig);
@@ -1547,9 +1547,11 @@ static int node_collective_run(struct oobx_comm *c, void *buf, size_t bpr, int b
     if (bpr) memcpy(data + (size_t)rank * bpr, hold ? hold->mine : (char *)buf + (size_t)rank * bpr, bpr);
     oobx__node_ag_arrive(seg, b, k);
     size_t all = (size_t)nranks * bpr;
-    /* a fresh result buffer's pages are mapped while this rank waits (a
-     * member) or just before the copy (the leader, whose ring comes first) */
-    if (!c->node.leader && bpr && !hold) oobx__prefault_write(buf, all);
+    /* a fresh result buffer: with a CPU to spare its pages are mapped while
+     * this rank waits (a member), and the copy is a plain one; on a crowded
+     * host, where CPU is what a start-up waits for, the kernel fills them
+     * with the result as it maps them (oobx__copy_fresh): no zeroing pass */
+    if (!c->node.leader && bpr && !hold && !c->node.crowded) oobx__prefault_write(buf, all);
     if (c->node.leader) {
         int mr = -1;
         uint64_t mb = 0;
@@ -1617,14 +1619,14 @@ static int node_collective_run(struct oobx_comm *c, void *buf, size_t bpr, int b
         hold->b = b;
         hold->k = k;
     } else {
-        if (rc == 0 && c->node.leader && bpr) oobx__prefault_write(buf, all);
-        if (rc == 0 && bpr) memcpy(buf, data, all);
+        if (rc == 0 && bpr) fresh = oobx__copy_fresh(buf, data, all);
         oobx__node_ag_leave(seg, b, k);
     }
     if (rc == 0) {
         pthread_mutex_lock(&c->v.ep->lock);
         if (barrier) c->v.ep->direct.node_barrier++;
         else c->v.ep->direct.node++;
+        c->v.ep->direct.node_fresh += (uint64_t)fresh;
         /* every rank took part, as in a call over the ring: a ring link
          * that goes down without a goodbye from now on is a death the
          * communicator hears of (ep.c, peer_failed), not a rank that left */
@@ -1725,16 +1727,16 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         t_local = t_trade = oobx__now_ns();
     }
     int owned = 0; /* the endpoint reads addresses from the table from now on, and unmaps it */
+    /* the host's ranks share its table: its size is this host's count (the
+     * launcher's when larger: a host split between two roots' blocks has a
+     * table per block) */
+    int here = pl.place.local_size > c->settings.local_size ? pl.place.local_size : c->settings.local_size;
     if (rc == 0) {
         int over = 0;
         oobx__node_summary(node, &c->timings.hosts, &over);
         pthread_mutex_lock(&c->v.ep->lock);
         rc = oobx__ep_set_addr_source(c->v.ep, node_addr_of, node, node_release);
         owned = rc == 0;
-        /* the host's ranks share its table: its size is this host's count
-         * (the launcher's when larger: a host split between two roots' blocks
-         * has a table per block) */
-        int here = pl.place.local_size > c->settings.local_size ? pl.place.local_size : c->settings.local_size;
         if (rc == 0) rc = cards_taken(c, over, here > c->ncpu, 0);
         pthread_mutex_unlock(&c->v.ep->lock);
     }
@@ -1743,6 +1745,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         c->node.seg = node;
         c->node.leader = leader;
         c->node.local_size = pl.place.local_size;
+        c->node.crowded = here > c->ncpu;
         c->node.next = pl.place.next_leader;
         c->node.prev = pl.place.prev_leader;
         c->node.members = members;
@@ -1997,6 +2000,7 @@ int oobx_debug_coll_counts(oobx_comm_t c, oobx_coll_counts_t *t)
     all.direct_bcast = c->v.ep->direct.bcasts;
     all.direct_bcast_fallbacks = c->v.ep->direct.bcast_fallbacks;
     all.direct_staged = c->v.ep->direct.staged;
+    all.node_fresh = c->v.ep->direct.node_fresh;
     pthread_mutex_unlock(&c->v.ep->lock);
     pthread_mutex_lock(&c->v.ep->mem.lock);
     all.direct_mapped = c->v.ep->mem.mapped_reads;

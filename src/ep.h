@@ -169,6 +169,7 @@ typedef struct oobx_ep {
         uint64_t calls, fallbacks; /* calls that pulled every slice; that tried and took the ring instead */
         uint64_t node;             /* allgathers through the host's shared buffer (comm.c) */
         uint64_t node_barrier;     /* barriers the same way */
+        uint64_t node_fresh;       /* of node: results the kernel wrote into fresh pages (util.h, oobx__copy_fresh) */
         uint64_t skipped;          /* calls that took the ring at once after their group's fallback (coll.h) */
         uint64_t bcasts, bcast_fallbacks; /* broadcasts read from the root's buffer; that tried and took the tree */
         uint64_t staged;                  /* direct allgathers whose own slice went through the stage */

@@ -7,8 +7,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
+#ifdef __linux__
+#include <linux/userfaultfd.h>
+#endif
 #include <unistd.h>
 #include <time.h>
 #include <unistd.h>
@@ -154,4 +160,93 @@ void oobx__prefault_write(void *p, size_t len)
     (void)p;
     (void)len;
 #endif
+}
+
+#if defined(__linux__) && defined(SYS_userfaultfd) && defined(UFFD_USER_MODE_ONLY) && defined(UFFDIO_COPY)
+/* The kernel fills [a, a + len) from src (whole pages, registered, missing when looked at); a page found in
+ * memory meanwhile is copied here. 0, or -1 when it stopped at `*off` for another reason. */
+static int uffd_fill(int fd, unsigned char *a, const unsigned char *src, size_t len, size_t page, size_t *off)
+{
+    while (*off < len) {
+        struct uffdio_copy cp = {.dst = (uintptr_t)(a + *off), .src = (uintptr_t)(src + *off), .len = len - *off};
+        if (ioctl(fd, UFFDIO_COPY, &cp) == 0) {
+            *off = len;
+            break;
+        }
+        int err = errno;
+        size_t done = cp.copy > 0 ? (size_t)cp.copy : 0;
+        *off += done;
+        if (err == EEXIST && *off < len) {
+            memcpy(a + *off, src + *off, page);
+            *off += page;
+        } else if (err != EAGAIN || done == 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The whole pages [a, a + n * page) of dst from src: runs of pages in memory (in[k] & 1) by memcpy, runs of
+ * missing pages filled by the kernel. 1 when it ran (every byte written), 0 when userfaultfd would not start
+ * (nothing written). */
+static int copy_uffd(unsigned char *a, size_t n, const unsigned char *src, size_t page, const unsigned char *in)
+{
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (fd < 0) return 0;
+    size_t len = n * page;
+    struct uffdio_api api = {.api = UFFD_API};
+    struct uffdio_register reg = {.range = {(uintptr_t)a, len}, .mode = UFFDIO_REGISTER_MODE_MISSING};
+    if (ioctl(fd, UFFDIO_API, &api) != 0 || ioctl(fd, UFFDIO_REGISTER, &reg) != 0 ||
+        !(reg.ioctls & ((uint64_t)1 << _UFFDIO_COPY))) {
+        close(fd);
+        return 0;
+    }
+    size_t k = 0, stop = len;
+    while (k < n && stop == len) {
+        size_t j = k;
+        while (j < n && (in[j] & 1) == (in[k] & 1)) j++;
+        if (in[k] & 1) {
+            memcpy(a + k * page, src + k * page, (j - k) * page);
+        } else {
+            size_t off = 0;
+            if (uffd_fill(fd, a + k * page, src + k * page, (j - k) * page, page, &off) != 0) stop = k * page + off;
+        }
+        k = j;
+    }
+    struct uffdio_range r = {(uintptr_t)a, len};
+    (void)ioctl(fd, UFFDIO_UNREGISTER, &r);
+    close(fd);
+    /* stopped for a reason other than a page in memory: the rest the ordinary way */
+    if (stop < len) memcpy(a + stop, src + stop, len - stop);
+    return 1;
+}
+#endif
+
+int oobx__copy_fresh(void *dst, const void *src, size_t len)
+{
+#if defined(__linux__) && defined(SYS_userfaultfd) && defined(UFFD_USER_MODE_ONLY) && defined(UFFDIO_COPY)
+    long ps = sysconf(_SC_PAGESIZE);
+    if (dst && src && len >= OOBX_PREFAULT_MIN && ps > 0 && !(ps & (ps - 1))) {
+        size_t page = (size_t)ps;
+        unsigned char *d = dst;
+        const unsigned char *s = src;
+        unsigned char *a = (unsigned char *)(((uintptr_t)d + page - 1) & ~(uintptr_t)(page - 1));
+        unsigned char *e = (unsigned char *)(((uintptr_t)d + len) & ~(uintptr_t)(page - 1));
+        size_t n = e > a ? (size_t)(e - a) / page : 0, missing = 0;
+        unsigned char *in = n ? malloc(n) : NULL;
+        if (in && mincore(a, n * page, in) == 0)
+            for (size_t k = 0; k < n; k++) missing += !(in[k] & 1);
+        /* mostly fresh (a buffer used before is copied the ordinary way) */
+        int done = in && missing * 2 > n && copy_uffd(a, n, s + (a - d), page, in);
+        free(in);
+        if (done) {
+            memcpy(d, s, (size_t)(a - d));
+            memcpy(e, s + (e - d), len - (size_t)(e - d));
+            return 1;
+        }
+    }
+#endif
+    oobx__prefault_write(dst, len);
+    memcpy(dst, src, len);
+    return 0;
 }

@@ -27,6 +27,19 @@ int oobx__in_range(const void *p, const void *base, size_t len);
  * mapping), leaves the copy to fault as before. */
 #define OOBX_PREFAULT_MIN ((size_t)256 << 10)
 void oobx__prefault_write(void *p, size_t len);
+/* memcpy(dst, src, len) for a result buffer that may be fresh memory. When
+ * len is at least OOBX_PREFAULT_MIN and most whole pages of dst are not in
+ * memory yet (a buffer the program just allocated, perhaps with its own
+ * slice written), the kernel fills the missing ones with the data as it
+ * allocates them (userfaultfd's UFFDIO_COPY, on an object of this call
+ * alone, user-mode faults only): no zeroing pass, no fault a page; the pages
+ * in memory are copied here. A buffer mostly in memory, a kernel or a
+ * sandbox without userfaultfd, memory it refuses (a device or file mapping):
+ * memcpy, after oobx__prefault_write. Returns 1 when the kernel filled
+ * pages, else 0. The caller owns dst for the call: another thread that
+ * touches it meanwhile waits for the copy (user mode) or gets EFAULT (a
+ * system call). */
+int oobx__copy_fresh(void *dst, const void *src, size_t len);
 
 /* A rate limiter for warnings triggered from outside (stray clients). */
 typedef struct oobx_ratelimit {

@@ -8,6 +8,7 @@
  *   OOBX_TEST_FILTER=glob               only the cases whose name matches
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -19,8 +20,12 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/userfaultfd.h>
+#endif
 
 #include <setjmp.h>
 #include <cmocka.h>
@@ -327,6 +332,44 @@ static oobx_coll_counts_t mem_allgather(harness_rank_t *r, oobx_comm_t c, unsign
     now.direct_mapped -= was.direct_mapped;
     now.direct_staged -= was.direct_staged;
     return now;
+}
+
+/* Result buffers the program has not written but for its own slice (fresh
+ * pages of a new mapping, as malloc gives for large blocks): every slice
+ * right, each call through the node-aware path (OOBX_NODE_AWARE_MIN=2), and
+ * on a host with more ranks than
+ * CPUs the kernel fills the missing pages with the result (counted as
+ * node_fresh) where userfaultfd works; elsewhere none is counted. */
+static int rank_fresh_result(harness_rank_t *r)
+{
+    oobx_comm_t c = harness_comm_init_or_die(r);
+    int n = r->nranks, me = r->rank;
+    size_t b = 64 * KiB, len = (size_t)n * b;
+    oobx_coll_counts_t was = OOBX_COLL_COUNTS_INIT, now = OOBX_COLL_COUNTS_INIT;
+    H_OK(r, oobx_debug_coll_counts(c, &was));
+    for (unsigned t = 0; t < 3; t++) {
+        unsigned char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (buf == MAP_FAILED) H_FAIL(r, "mmap of %zu B: %s", len, strerror(errno));
+        harness_fill(buf + (size_t)me * b, b, me, 600 + t);
+        int rc = oobx_allgather(c, buf, b);
+        if (rc != OOBX_SUCCESS) H_FAIL(r, "call %u: oobx_allgather: %s: %s", t, oobx_error_name(rc), oobx_last_error());
+        for (int q = 0; q < n; q++)
+            harness_verify(r, buf + (size_t)q * b, b, q, 600 + t, "fresh result %u, slice %d", t, q);
+        munmap(buf, len);
+    }
+    H_OK(r, oobx_debug_coll_counts(c, &now));
+    unsigned long long dn = now.node - was.node, df = now.node_fresh - was.node_fresh;
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
+    int uffd = fd >= 0;
+    if (fd >= 0) close(fd);
+    int crowded = n > sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned long long want = crowded && uffd ? dn : 0;
+    if (dn != 3 || df != want)
+        H_FAIL(r, "3 calls into fresh memory, %llu node-aware: %llu results filled by the kernel, want %llu (%d ranks, "
+                  "%ld CPUs, userfaultfd %s)",
+               dn, df, want, n, sysconf(_SC_NPROCESSORS_ONLN), uffd ? "usable" : "not usable");
+    H_OK(r, oobx_comm_destroy(c));
+    return 0;
 }
 
 /* Buffers of oobx_mem_alloc: the direct allgather copies the peers' slices
@@ -1896,6 +1939,8 @@ static void build_cases(conf_suite_t *s)
     c = add_case(s, "allgather_table_n5", rank_allgather_table, 5, 1);
     c->job.call_timeout_ms = 10000;
     /* oobx_mem_alloc's memory: the mapped path of the direct allgather */
+    c = add_case(s, "allgather_fresh_result_n8", rank_fresh_result, 8, 1);
+    c->env[0] = "OOBX_NODE_AWARE_MIN=2"; /* the node-aware path at 8 ranks */
     c = add_case(s, "allgather_mem_alloc_n4", rank_mem_alloc, 4, 1);
     c->job.call_timeout_ms = 10000;
     c->env[0] = "OOBX_NODE_BUF=0"; /* never the node-aware path's shared buffer */
