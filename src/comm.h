@@ -42,7 +42,7 @@ struct oobx_comm {
         struct oobx__node *seg; /* the host's card table and allgather buffers (node.h); NULL: none */
         int leader;             /* this rank leads its host's ranks */
         int local_size, next, prev; /* the host's ranks; leaders: their ring neighbours among the leaders */
-        int crowded;            /* this host runs more ranks than it has CPUs (the result copy then saves CPU, not time) */
+        int crowded;            /* this host runs more ranks than it has CPUs: no result mapped ahead (comm.c) */
         int *members;           /* leaders: the host's ranks */
         int *leaders, nleaders, lindex; /* leaders: every host's leader, by rank (from init's trade), and this one's index */
         uint32_t uses;          /* node-aware allgathers so far */
