@@ -140,15 +140,23 @@ int oobx__in_range(const void *p, const void *base, size_t len)
     return p && (const char *)p >= (const char *)base && (const char *)p < (const char *)base + len;
 }
 
+/* The whole pages [*a, *e) of a large copy's [p, p + len): the page size, or 0 when p is NULL, len is
+ * under OOBX_PREFAULT_MIN, the page size is not a power of two or no whole page lies inside. */
+static inline uintptr_t whole_pages(const void *p, size_t len, uintptr_t *a, uintptr_t *e)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    if (!p || len < OOBX_PREFAULT_MIN || ps <= 0 || (ps & (ps - 1))) return 0;
+    uintptr_t page = (uintptr_t)ps;
+    *a = ((uintptr_t)p + page - 1) & ~(page - 1);
+    *e = ((uintptr_t)p + len) & ~(page - 1);
+    return *e > *a ? page : 0;
+}
+
 void oobx__prefault_write(void *p, size_t len)
 {
 #ifdef MADV_POPULATE_WRITE
-    if (!p || len < OOBX_PREFAULT_MIN) return;
-    long ps = sysconf(_SC_PAGESIZE);
-    if (ps <= 0 || (ps & (ps - 1))) return;
-    uintptr_t page = (uintptr_t)ps;
-    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), e = ((uintptr_t)p + len) & ~(page - 1);
-    if (e <= a) return;
+    uintptr_t a = 0, e = 0, page = whole_pages(p, len, &a, &e);
+    if (!page) return;
     /* memory in use already (the same buffer again) is left alone: asking
      * again walks its page tables for nothing, most of a copy's time */
     unsigned char first = 0, last = 0;
@@ -225,15 +233,12 @@ static int copy_uffd(unsigned char *a, size_t n, const unsigned char *src, size_
 int oobx__copy_fresh(void *dst, const void *src, size_t len)
 {
 #if defined(__linux__) && defined(SYS_userfaultfd) && defined(UFFD_USER_MODE_ONLY) && defined(UFFDIO_COPY)
-    long ps = sysconf(_SC_PAGESIZE);
-    if (dst && src && len >= OOBX_PREFAULT_MIN && ps > 0 && !(ps & (ps - 1))) {
-        size_t page = (size_t)ps;
-        unsigned char *d = dst;
+    uintptr_t ua = 0, ue = 0, page = whole_pages(dst, len, &ua, &ue);
+    if (page && src) {
+        unsigned char *d = dst, *a = (unsigned char *)ua, *e = (unsigned char *)ue;
         const unsigned char *s = src;
-        unsigned char *a = (unsigned char *)(((uintptr_t)d + page - 1) & ~(uintptr_t)(page - 1));
-        unsigned char *e = (unsigned char *)(((uintptr_t)d + len) & ~(uintptr_t)(page - 1));
-        size_t n = e > a ? (size_t)(e - a) / page : 0, missing = 0;
-        unsigned char *in = n ? malloc(n) : NULL;
+        size_t n = (size_t)(e - a) / page, missing = 0;
+        unsigned char *in = malloc(n);
         if (in && mincore(a, n * page, in) == 0)
             for (size_t k = 0; k < n; k++) missing += !(in[k] & 1);
         /* mostly fresh (a buffer used before is copied the ordinary way) */
