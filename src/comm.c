@@ -1731,13 +1731,14 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
      * launcher's when larger: a host split between two roots' blocks has a
      * table per block) */
     int here = pl.place.local_size > c->settings.local_size ? pl.place.local_size : c->settings.local_size;
+    int crowded = here > c->ncpu;
     if (rc == 0) {
         int over = 0;
         oobx__node_summary(node, &c->timings.hosts, &over);
         pthread_mutex_lock(&c->v.ep->lock);
         rc = oobx__ep_set_addr_source(c->v.ep, node_addr_of, node, node_release);
         owned = rc == 0;
-        if (rc == 0) rc = cards_taken(c, over, here > c->ncpu, 0);
+        if (rc == 0) rc = cards_taken(c, over, crowded, 0);
         pthread_mutex_unlock(&c->v.ep->lock);
     }
     if (rc == 0 && c->settings.node_buf > 0) {
@@ -1745,7 +1746,7 @@ static int init_node(struct oobx_comm *c, const root_client_t *rcl_in, const uns
         c->node.seg = node;
         c->node.leader = leader;
         c->node.local_size = pl.place.local_size;
-        c->node.crowded = here > c->ncpu;
+        c->node.crowded = crowded;
         c->node.next = pl.place.next_leader;
         c->node.prev = pl.place.prev_leader;
         c->node.members = members;
