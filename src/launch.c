@@ -780,19 +780,12 @@ static int kvs_load_pmix(const oobx_settings_t *s, const oobx_kvs_ops_t **ops, c
     char path[400];
     snprintf(path, sizeof(path), "%.350s/%s", oobx__tp_module_dir(s), OOBX_PMIX_MODULE);
     /* stays loaded, as transport modules do (dlopen counts references) */
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(why, whylen, "the PMIx module %s does not load: %s (build it with libpmix-dev installed, or set "
-                 "OOBX_COMM_ID)", path, dlerror());
-        return OOBX_ERR_UNAVAILABLE;
-    }
+    void *h = NULL;
     oobx_kvs_module_init_fn init;
-    *(void **)&init = dlsym(h, OOBX_KVS_MODULE_INIT);
-    if (!init) {
-        snprintf(why, whylen, "the PMIx module %s has no %s", path, OOBX_KVS_MODULE_INIT);
-        dlclose(h);
-        return OOBX_ERR_UNAVAILABLE;
-    }
+    int o = oobx__module_open(path, OOBX_KVS_MODULE_INIT, "the PMIx module", &h, (void **)&init, why, whylen);
+    if (o == OOBX_MODULE_NO_LOAD)
+        oobx__appendf(why, whylen, " (build it with libpmix-dev installed, or set OOBX_COMM_ID)");
+    if (o != OOBX_MODULE_OPENED) return OOBX_ERR_UNAVAILABLE;
     char mwhy[300] = "";
     int rc = init(OOBX_KVS_VERSION, ops, mwhy, sizeof(mwhy));
     if (rc != 0 || !*ops || (*ops)->version != OOBX_KVS_VERSION) {

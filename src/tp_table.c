@@ -144,6 +144,26 @@ static void missing_ops(const oobx_tp_ops_t *o, char *out, size_t len)
 #undef OOBX_CHECK_OP_
 }
 
+int oobx__module_open(const char *path, const char *entry, const char *what, void **handle, void **entry_fn,
+                      char *why, size_t whylen)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *err = dlerror();
+        snprintf(why, whylen, "%s %s does not load: %s", what, path, err ? err : "unknown error");
+        return OOBX_MODULE_NO_LOAD;
+    }
+    void *fn = dlsym(h, entry);
+    if (!fn) {
+        snprintf(why, whylen, "%s %s has no %s", what, path, entry);
+        dlclose(h);
+        return OOBX_MODULE_NO_ENTRY;
+    }
+    *handle = h;
+    *entry_fn = fn;
+    return OOBX_MODULE_OPENED;
+}
+
 int oobx__tp_lookup(const char *name, const oobx_settings_t *s, const oobx_tp_ops_t **ops, char *why, size_t whylen)
 {
     const oobx__tp_entry_t *e = oobx__tp_find(name);
@@ -160,18 +180,10 @@ int oobx__tp_lookup(const char *name, const oobx_settings_t *s, const oobx_tp_op
     char path[1024];
     snprintf(path, sizeof(path), "%s/%s", oobx__tp_module_dir(s), e->module);
     /* the same module stays loaded: dlopen counts references and returns the same handle */
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(why, whylen, "module %s does not load: %s", path, dlerror());
-        return OOBX_ERR_UNAVAILABLE;
-    }
+    void *h = NULL;
     oobx_tp_module_init_fn init;
-    *(void **)&init = dlsym(h, OOBX_TP_MODULE_INIT);
-    if (!init) {
-        snprintf(why, whylen, "module %s has no %s", path, OOBX_TP_MODULE_INIT);
-        dlclose(h);
+    if (oobx__module_open(path, OOBX_TP_MODULE_INIT, "module", &h, (void **)&init, why, whylen) != OOBX_MODULE_OPENED)
         return OOBX_ERR_UNAVAILABLE;
-    }
     const oobx_tp_ops_t *o = NULL;
     char mwhy[400] = "";
     int rc = init(&oobx__core_api, &o, mwhy, sizeof(mwhy));

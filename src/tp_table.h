@@ -64,6 +64,15 @@ int oobx__tp_auto_socket_rule(int nranks, int local_size, const char *rdma_dir, 
  * when the library was built (the build tree) or installed ($(LIBDIR)/oobx). */
 const char *oobx__tp_module_dir(const oobx_settings_t *s);
 
+/* Every module file (transport, PMIx, hwloc) opens the same way: dlopen of
+ * path (RTLD_NOW | RTLD_LOCAL), then its entry. OOBX_MODULE_OPENED and
+ * *handle, *entry_fn; OOBX_MODULE_NO_LOAD with why "<what> <path> does not
+ * load: <the loader's reason>"; OOBX_MODULE_NO_ENTRY with why "<what> <path>
+ * has no <entry>" and the file closed again. */
+enum { OOBX_MODULE_OPENED = 0, OOBX_MODULE_NO_LOAD = 1, OOBX_MODULE_NO_ENTRY = 2 };
+int oobx__module_open(const char *path, const char *entry, const char *what, void **handle, void **entry_fn,
+                      char *why, size_t whylen);
+
 /* Finds a transport's ops, loading its module from the module directory when
  * needed; the table is checked (version, every op set). Returns 0 and *ops,
  * OOBX_ERR_INVALID for an unknown name, or OOBX_ERR_UNAVAILABLE with why

@@ -28,23 +28,16 @@ static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *wh
 {
     char path[1024];
     topo_module_path(req, path, sizeof(path));
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *err = dlerror();
-        if (access(path, F_OK) != 0)
-            oobx__topo_why(why, whylen, "no hwloc module: %s is not there (hwloc support not built or not installed)",
-                           path);
-        else
-            oobx__topo_why(why, whylen, "hwloc module %s does not load: %s", path, err ? err : "unknown error");
-        return NULL;
-    }
+    void *h = NULL;
     oobx_topo_module_init_fn init;
-    *(void **)&init = dlsym(h, OOBX_TOPO_MODULE_INIT);
-    const oobx_topo_module_t *m = init ? init() : NULL;
-    if (!init)
-        oobx__topo_why(why, whylen, "hwloc module %s has no %s", path, OOBX_TOPO_MODULE_INIT);
-    else if (!m || m->version != OOBX_TOPO_MODULE_VERSION || m->req_size != sizeof(topo_request_t) ||
-             m->dev_size != sizeof(topo_dev_t) || !m->rank_devices)
+    int o = oobx__module_open(path, OOBX_TOPO_MODULE_INIT, "hwloc module", &h, (void **)&init, why, whylen);
+    if (o == OOBX_MODULE_NO_LOAD && access(path, F_OK) != 0)
+        oobx__topo_why(why, whylen, "no hwloc module: %s is not there (hwloc support not built or not installed)",
+                       path);
+    if (o != OOBX_MODULE_OPENED) return NULL;
+    const oobx_topo_module_t *m = init();
+    if (!m || m->version != OOBX_TOPO_MODULE_VERSION || m->req_size != sizeof(topo_request_t) ||
+        m->dev_size != sizeof(topo_dev_t) || !m->rank_devices)
         oobx__topo_why(why, whylen, "hwloc module %s is of another build (interface %d, the library's %d)", path,
                        m ? m->version : 0, OOBX_TOPO_MODULE_VERSION);
     else {
