@@ -424,54 +424,6 @@ static void test_bad_cards(void **state)
     oobx__node_leave(n);
 }
 
-/* The node-aware allgather maps a fresh result buffer before its copy
- * (util.c): the pages are there afterwards, a small buffer is left alone,
- * and memory the kernel cannot populate costs nothing but the try. */
-static int resident_pages(const unsigned char *p, size_t len)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = len / page;
-    unsigned char *vec = calloc(n, 1);
-    assert_non_null(vec);
-    assert_int_equal(mincore((void *)p, len, vec), 0);
-    int in = 0;
-    for (size_t i = 0; i < n; i++) in += vec[i] & 1;
-    free(vec);
-    return in;
-}
-
-static void test_prefault(void **state)
-{
-    (void)state;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = OOBX_PREFAULT_MIN + 4 * page;
-    unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(m != MAP_FAILED);
-    assert_int_equal(resident_pages(m, len), 0);
-    oobx__prefault_write(m, OOBX_PREFAULT_MIN / 2); /* below the minimum: nothing */
-    assert_int_equal(resident_pages(m, len), 0);
-    /* from the middle of a page: only whole pages of the range */
-    oobx__prefault_write(m + page / 2, OOBX_PREFAULT_MIN + page);
-#ifdef MADV_POPULATE_WRITE
-    int want = (int)(OOBX_PREFAULT_MIN / page);
-    /* a kernel before 5.14 says EINVAL and maps nothing: only then may it be 0 */
-    unsigned char *probe = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(probe != MAP_FAILED);
-    int supported = madvise(probe, page, MADV_POPULATE_WRITE) == 0;
-    munmap(probe, page);
-    assert_int_equal(resident_pages(m, len), supported ? want : 0);
-    unsigned char v = 1;
-    assert_int_equal(mincore(m, page, &v), 0);
-    assert_int_equal(v & 1, 0); /* the partial first page is not the call's */
-    /* used memory is left as it is: a second call changes nothing */
-    oobx__prefault_write(m + page / 2, OOBX_PREFAULT_MIN + page);
-    assert_int_equal(resident_pages(m, len), supported ? want : 0);
-#endif
-    for (size_t i = 0; i < len; i++) assert_int_equal(m[i], 0);
-    /* read-only memory: the kernel refuses, the call returns */
-    assert_int_equal(mprotect(m, len, PROT_READ), 0);
-    oobx__prefault_write(m, len);
-    munmap(m, len);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -479,7 +431,7 @@ int main(void)
         cmocka_unit_test(test_hostile_mode),     cmocka_unit_test(test_hostile_garbage),
         cmocka_unit_test(test_hostile_other_job), cmocka_unit_test(test_hostile_symlink),
         cmocka_unit_test(test_member_missing),   cmocka_unit_test(test_leader_killed),
-        cmocka_unit_test(test_bad_cards),         cmocka_unit_test(test_prefault),
+        cmocka_unit_test(test_bad_cards),
         cmocka_unit_test(test_failure_told_by_leader), cmocka_unit_test(test_failure_told_by_member),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,5 +1,7 @@
-/* src/util.c: oobx__copy_fresh, the copy of a result into memory that may be
- * fresh (the kernel fills missing pages as it maps them, by userfaultfd). */
+/* src/util.c: the result buffers of the node-aware allgather. oobx__prefault_write
+ * (pages mapped ahead) and oobx__copy_fresh, the copy of a result into memory
+ * that may be fresh (the kernel fills missing pages as it maps them, by
+ * userfaultfd). */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -49,18 +51,19 @@ static unsigned char *src_new(size_t len, unsigned seed)
     return s;
 }
 
-/* Pages of [p, p + len) in memory */
-static size_t resident(void *p, size_t len)
+/* Pages of [p, p + len) in memory (p need not be page-aligned: its page counts) */
+static int resident_pages(const void *p, size_t len)
 {
     size_t ps = page(), lead = (uintptr_t)p & (ps - 1);
     len += lead;
-    size_t n = (len + ps - 1) / ps, k = 0;
+    size_t n = (len + ps - 1) / ps;
     unsigned char *v = malloc(n);
     assert_non_null(v);
     assert_int_equal(mincore((char *)p - lead, len, v), 0);
-    for (size_t i = 0; i < n; i++) k += v[i] & 1;
+    int in = 0;
+    for (size_t i = 0; i < n; i++) in += v[i] & 1;
     free(v);
-    return k;
+    return in;
 }
 
 static unsigned char *fresh_map(size_t len)
@@ -86,7 +89,7 @@ static void test_fresh_unaligned(void **state)
     assert_memory_equal(dst, s, len);
     assert_int_equal(m[0], 1);
     assert_int_equal(dst[len], 0); /* nothing past the end */
-    assert_true(resident(dst, len) >= len / ps);
+    assert_true((size_t)resident_pages(dst, len) >= len / ps);
     /* the same buffer again (now in memory): an ordinary copy, the new data */
     unsigned char *s2 = src_new(len, 77);
     assert_int_equal(oobx__copy_fresh(dst, s2, len), 0);
@@ -110,7 +113,7 @@ static void test_fresh_with_holes(void **state)
     int filled = oobx__copy_fresh(m, s, LEN);
     assert_int_equal(filled, uffd_works());
     assert_memory_equal(m, s, LEN);
-    assert_int_equal(resident(m, LEN), LEN / ps);
+    assert_int_equal(resident_pages(m, LEN), LEN / ps);
     free(s);
     munmap(m, LEN);
 }
@@ -139,9 +142,46 @@ static void test_fresh_refused(void **state)
     free(s);
 }
 
+/* The node-aware allgather maps a fresh result buffer before its copy
+ * (util.c, oobx__prefault_write): the pages are there afterwards, a small buffer is left alone,
+ * and memory the kernel cannot populate costs nothing but the try. */
+static void test_prefault(void **state)
+{
+    (void)state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = OOBX_PREFAULT_MIN + 4 * page;
+    unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    assert_int_equal(resident_pages(m, len), 0);
+    oobx__prefault_write(m, OOBX_PREFAULT_MIN / 2); /* below the minimum: nothing */
+    assert_int_equal(resident_pages(m, len), 0);
+    /* from the middle of a page: only whole pages of the range */
+    oobx__prefault_write(m + page / 2, OOBX_PREFAULT_MIN + page);
+#ifdef MADV_POPULATE_WRITE
+    int want = (int)(OOBX_PREFAULT_MIN / page);
+    /* a kernel before 5.14 says EINVAL and maps nothing: only then may it be 0 */
+    unsigned char *probe = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(probe != MAP_FAILED);
+    int supported = madvise(probe, page, MADV_POPULATE_WRITE) == 0;
+    munmap(probe, page);
+    assert_int_equal(resident_pages(m, len), supported ? want : 0);
+    unsigned char v = 1;
+    assert_int_equal(mincore(m, page, &v), 0);
+    assert_int_equal(v & 1, 0); /* the partial first page is not the call's */
+    /* used memory is left as it is: a second call changes nothing */
+    oobx__prefault_write(m + page / 2, OOBX_PREFAULT_MIN + page);
+    assert_int_equal(resident_pages(m, len), supported ? want : 0);
+#endif
+    for (size_t i = 0; i < len; i++) assert_int_equal(m[i], 0);
+    /* read-only memory: the kernel refuses, the call returns */
+    assert_int_equal(mprotect(m, len, PROT_READ), 0);
+    oobx__prefault_write(m, len);
+    munmap(m, len);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefault),
         cmocka_unit_test(test_fresh_unaligned),
         cmocka_unit_test(test_fresh_with_holes),
         cmocka_unit_test(test_fresh_refused),
