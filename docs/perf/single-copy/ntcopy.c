@@ -13,7 +13,11 @@
  * slice rewritten before every call: new data each time); "staged" and
  * "touch" once with the own slice copied in by memcpy, once by
  * non-temporal stores ("-ntin": the readers then find it in memory, not
- * modified in the writer's cache).
+ * modified in the writer's cache); "pipelined": staged, but without the
+ * barrier between the stage and the reads: each rank copies its slice in in
+ * chunks (NT_CHUNK bytes, default 131072) and publishes how far it got, and
+ * copies its peers' chunks out as they land, one of its own chunks, then
+ * whatever its peers have published, in turn.
  *
  *   cc -O2 -o ntcopy docs/perf/single-copy/ntcopy.c
  *   ./ntcopy [S_BYTES] [ITERS]     prints one line per ranks x mode x store
@@ -37,6 +41,7 @@ typedef struct {
     _Atomic unsigned count;
     _Atomic unsigned gen;
     double result;
+    _Atomic uint64_t staged[64]; /* pipelined: (call << 32) | bytes staged, per rank */
 } shared_t;
 
 static void barrier(shared_t *sh, int n)
@@ -100,6 +105,9 @@ static void copy_libc(void *dst, const void *src, size_t len)
 
 static double run(int n, size_t S, int iters, int mode, copy_fn in, copy_fn out)
 {
+    const char *ce = getenv("NT_CHUNK");
+    size_t chunk = ce ? strtoull(ce, NULL, 0) : 131072;
+    if (chunk < 64 || chunk % 64) chunk = 131072;
     size_t shl = (sizeof(shared_t) + 4095) & ~(size_t)4095;
     shared_t *sh = mmap(NULL, shl + (size_t)n * S, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) return -1;
@@ -122,6 +130,35 @@ static double run(int n, size_t S, int iters, int mode, copy_fn in, copy_fn out)
                 t0 = now();
             }
             if (mode == 2) memset(own, (me + it) & 0xff, S); /* new data every call */
+            if (mode == 3) {
+                /* pipelined: stage a chunk, copy out what the peers have staged, again */
+                uint64_t stamp = (uint64_t)(uint32_t)(it + iters) << 32;
+                size_t done[64] = {0}, mine = 0;
+                int left = n - 1;
+                while (left > 0 || mine < S) {
+                    if (mine < S) {
+                        size_t c = S - mine < chunk ? S - mine : chunk;
+                        in(slices + (size_t)me * S + mine, own + mine, c);
+                        mine += c;
+                        atomic_store_explicit(&sh->staged[me], stamp | mine, memory_order_release);
+                    }
+                    int moved = 0;
+                    for (int i = 1; i < n; i++) {
+                        int q = (me + i) % n;
+                        if (done[q] == S) continue;
+                        uint64_t v = atomic_load_explicit(&sh->staged[q], memory_order_acquire);
+                        if ((v & ~0xffffffffull) != stamp || (v & 0xffffffffull) <= done[q]) continue;
+                        size_t upto = (size_t)(v & 0xffffffffull);
+                        out(res + (size_t)q * S + done[q], slices + (size_t)q * S + done[q], upto - done[q]);
+                        done[q] = upto;
+                        moved = 1;
+                        if (upto == S) left--;
+                    }
+                    if (!moved && mine == S) _mm_pause();
+                }
+                barrier(sh, n);
+                continue;
+            }
             if (mode >= 1) in(slices + (size_t)me * S, own, S);
             barrier(sh, n);
             for (int i = 1; i < n; i++) {
@@ -147,7 +184,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ntcopy: S must be a positive multiple of 64\n");
         return 1;
     }
-    const char *modes[] = {"mapped", "staged", "touch", "staged-ntin", "touch-ntin"};
+    const char *modes[] = {"mapped", "staged", "touch", "staged-ntin", "touch-ntin", "pipelined"};
     struct {
         const char *name;
         copy_fn fn;
@@ -157,11 +194,11 @@ int main(int argc, char **argv)
     for (int ci = 0; ci < 3; ci++) {
         int n = counts[ci];
         if (n > sysconf(_SC_NPROCESSORS_ONLN)) continue;
-        for (int m = 0; m < 5; m++)
+        for (int m = 0; m < 6; m++)
             for (int s = 0; s < 4; s++) {
                 if (s == 2 && !have_avx2) continue;
-                copy_fn in = m >= 3 ? (have_avx2 ? copy_nt_avx2 : copy_nt_sse2) : copy_libc;
-                double t = run(n, S, iters, m >= 3 ? m - 2 : m, in, stores[s].fn);
+                copy_fn in = m == 3 || m == 4 ? (have_avx2 ? copy_nt_avx2 : copy_nt_sse2) : copy_libc;
+                double t = run(n, S, iters, m == 5 ? 3 : m >= 3 ? m - 2 : m, in, stores[s].fn);
                 if (t <= 0) {
                     printf("n%d %s %s failed\n", n, modes[m], stores[s].name);
                     continue;
