@@ -111,8 +111,9 @@ def plot(results, path):
     for r in results:
         if "error" in r or "boot_s" not in r:
             continue
-        key = "TCPStore" if r["label"] == "tcpstore" else "oobx %d roots, %d hosts%s%s" % (
-            r["roots"], r["hosts"], "" if r.get("node_aware", "1") == "1" else " (flat)",
+        key = "TCPStore" if r["label"] == "tcpstore" else "oobx %d root%s, %d host%s%s%s" % (
+            r["roots"], "" if r["roots"] == 1 else "s", r["hosts"], "" if r["hosts"] == 1 else "s",
+            "" if r.get("node_aware", "1") == "1" else " (flat)",
             " (table)" if r.get("table") else "")
         series.setdefault(key, []).append((r["ranks"], r["boot_s"]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -125,7 +126,7 @@ def plot(results, path):
     ax.set_xticks(ticks)
     ax.set_xticklabels([str(t) for t in ticks])
     ax.set_xlabel("ranks")
-    ax.set_ylabel("bootstrap (s): common start to all through init + checked 128 B allgather")
+    ax.set_ylabel("bootstrap (s)\ncommon start to every rank through init\nand a checked 128 B allgather", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
