@@ -232,6 +232,7 @@ static int copy_uffd(unsigned char *a, size_t n, const unsigned char *src, size_
 
 int oobx__copy_fresh(void *dst, const void *src, size_t len)
 {
+    int all_in = 0; /* every whole page seen in memory: nothing to map ahead (a buffer used before) */
 #if defined(__linux__) && defined(SYS_userfaultfd) && defined(UFFD_USER_MODE_ONLY) && defined(UFFDIO_COPY)
     uintptr_t ua = 0, ue = 0, page = whole_pages(dst, len, &ua, &ue);
     if (page && src) {
@@ -239,8 +240,10 @@ int oobx__copy_fresh(void *dst, const void *src, size_t len)
         const unsigned char *s = src;
         size_t n = (size_t)(e - a) / page, missing = 0;
         unsigned char *in = malloc(n);
-        if (in && mincore(a, n * page, in) == 0)
+        if (in && mincore(a, n * page, in) == 0) {
             for (size_t k = 0; k < n; k++) missing += !(in[k] & 1);
+            all_in = missing == 0;
+        }
         /* mostly fresh (a buffer used before is copied the ordinary way) */
         int done = in && missing * 2 > n && copy_uffd(a, n, s + (a - d), page, in);
         free(in);
@@ -251,7 +254,8 @@ int oobx__copy_fresh(void *dst, const void *src, size_t len)
         }
     }
 #endif
-    oobx__prefault_write(dst, len);
+    /* oobx__prefault_write would look at the first and last page again to find them in use */
+    if (!all_in) oobx__prefault_write(dst, len);
     memcpy(dst, src, len);
     return 0;
 }
