@@ -337,9 +337,9 @@ static oobx_coll_counts_t mem_allgather(harness_rank_t *r, oobx_comm_t c, unsign
 /* Result buffers the program has not written but for its own slice (fresh
  * pages of a new mapping, as malloc gives for large blocks): every slice
  * right, each call through the node-aware path (OOBX_NODE_AWARE_MIN=2), and
- * on a host with more ranks than
- * CPUs the kernel fills the missing pages with the result (counted as
- * node_fresh) where userfaultfd works; elsewhere none is counted. */
+ * on a host with more ranks than CPUs the kernel fills the missing pages
+ * with the result (counted as node_fresh) where userfaultfd works;
+ * elsewhere none is counted. */
 static int rank_fresh_result(harness_rank_t *r)
 {
     oobx_comm_t c = harness_comm_init_or_die(r);
@@ -1938,9 +1938,10 @@ static void build_cases(conf_suite_t *s)
     }
     c = add_case(s, "allgather_table_n5", rank_allgather_table, 5, 1);
     c->job.call_timeout_ms = 10000;
-    /* oobx_mem_alloc's memory: the mapped path of the direct allgather */
+    /* a fresh result buffer: the kernel's fill on a crowded host */
     c = add_case(s, "allgather_fresh_result_n8", rank_fresh_result, 8, 1);
     c->env[0] = "OOBX_NODE_AWARE_MIN=2"; /* the node-aware path at 8 ranks */
+    /* oobx_mem_alloc's memory: the mapped path of the direct allgather */
     c = add_case(s, "allgather_mem_alloc_n4", rank_mem_alloc, 4, 1);
     c->job.call_timeout_ms = 10000;
     c->env[0] = "OOBX_NODE_BUF=0"; /* never the node-aware path's shared buffer */
