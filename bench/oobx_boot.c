@@ -25,9 +25,13 @@
  * leader held every card of its ranks). A rank's "exchange" phase also
  * holds its wait for the slowest host; cross_s is the cross-host work left
  * once every host is ready. The host's ranks taking the result after it is
- * local work (in "cards" and "total"). All instants count from the rank's
- * own start of init, which on a host with fewer cores than ranks can be
- * well after the common instant. cross_init_s (what cross_s was before
+ * local work (in "cards" and "total"). All instants count from the start
+ * of the rank's timed init (oobx_init_timings_t.total), which on a host with
+ * fewer cores than ranks can be well after the common instant; before
+ * 2026-12-08 they counted from the call of oobx_comm_init_from_env, whose
+ * own work before the timed init (environment, settings, libsodium) and
+ * any wait for a core there were not in the leaders' phases, so that a
+ * leader's instants came early by that much ("pre", per rank). cross_init_s (what cross_s was before
  * 2026-12-06's fifth session): to the last leader's end of init instead,
  * after it woke its host's ranks, which on such a host waits for the CPU
  * those ranks take.
@@ -48,12 +52,12 @@
 
 enum {
     F_START, F_END, F_TOTAL, F_CREATE, F_DELAY, F_ROOT, F_LOCAL, F_EXCHANGE, F_CARDS, F_FDS, F_RSS, F_CPU,
-    F_CPU_INIT, F_CPU_AG, F_CPU_CHECK, F_USER, F_SYS, F_VCSW, F_IVCSW, F_MINFLT, F_READY, F_LEAD_END, F_TRADE_END, F_COUNT
+    F_CPU_INIT, F_CPU_AG, F_CPU_CHECK, F_USER, F_SYS, F_VCSW, F_IVCSW, F_MINFLT, F_READY, F_LEAD_END, F_TRADE_END, F_PRE, F_COUNT
 };
 static const char *const names[F_COUNT] = {"start", "end",  "total", "create",   "delay", "root",
                                            "local", "exchange", "cards", "fds", "rss", "cpu",
                                            "cpu_init", "cpu_ag", "cpu_check", "user", "sys", "vcsw", "ivcsw", "minflt",
-                                           "host_ready", "leader_end", "trade_end"};
+                                           "host_ready", "leader_end", "trade_end", "pre"};
 
 /* what getrusage says of this process, as doubles: user s, system s, voluntary
  * and involuntary context switches, minor faults */
@@ -162,6 +166,7 @@ int main(int argc, char **argv)
     oobx_comm_t comm;
     double init_at = now_s(); /* later than begin where ranks outnumber cores: the wake-up waits for a core */
     int rc = oobx_comm_init_from_env(&comm, NULL);
+    double init_ret = now_s();
     if (rc) {
         fprintf(stderr, "oobx-boot: init: %s: %s\n", oobx_error_name(rc), oobx_last_error());
         return 2;
@@ -225,9 +230,15 @@ int main(int argc, char **argv)
     mine[F_CPU_AG] = cpu_ag;
     mine[F_CPU_CHECK] = cpu_verify; /* this program's own check of the cards */
     for (int k = 0; k < 5; k++) mine[F_USER + k] = use1[k] - use0[k];
+    /* the timed init (t.total) is not the whole call: reading the launcher's
+     * environment and the settings, starting libsodium come before it, and
+     * where ranks outnumber cores the rank can wait for a core in between;
+     * the instants below count from the timed init's own start, and "pre"
+     * is the rest of the call */
+    double init_begin = init_ret - t.total - t0;
+    mine[F_PRE] = init_ret - init_at - t.total;
     /* leaders only (-1 elsewhere), from the common instant: when this
      * rank's host was ready for the leaders' exchange, and its init's end */
-    double init_begin = init_at - t0;
     mine[F_READY] = t.leader ? init_begin + t.create + t.delay + t.root + t.local : -1;
     mine[F_LEAD_END] = t.leader ? init_begin + t.total : -1;
     mine[F_TRADE_END] = t.leader ? mine[F_READY] + t.trade : -1;
@@ -271,10 +282,10 @@ int main(int argc, char **argv)
         printf(", \"fds_max\": %d, \"fds_mean\": %.1f, \"rss_max_mib\": %.2f, \"rss_mean_mib\": %.2f, "
                "\"cpu_max_ms\": %.3f, \"cpu_mean_ms\": %.3f, \"cpu_init_mean_ms\": %.3f, \"cpu_allgather_mean_ms\": %.3f, \"cpu_check_mean_ms\": %.3f, \"cpu_user_mean_ms\": %.3f, "
                "\"cpu_sys_mean_ms\": %.3f, \"vcsw_mean\": %.1f, \"ivcsw_mean\": %.1f, \"minflt_mean\": %.1f, "
-               "\"cross_s\": %.6f, \"cross_init_s\": %.6f}\n",
+               "\"cross_s\": %.6f, \"cross_init_s\": %.6f, \"pre_max_s\": %.6f, \"pre_mean_s\": %.6f}\n",
                (int)mx[F_FDS], sum[F_FDS] / n, mx[F_RSS], sum[F_RSS] / n, mx[F_CPU] * 1e3, sum[F_CPU] / n * 1e3,
                sum[F_CPU_INIT] / n * 1e3, sum[F_CPU_AG] / n * 1e3, sum[F_CPU_CHECK] / n * 1e3, sum[F_USER] / n * 1e3, sum[F_SYS] / n * 1e3, sum[F_VCSW] / n,
-               sum[F_IVCSW] / n, sum[F_MINFLT] / n, cross, cross_init);
+               sum[F_IVCSW] / n, sum[F_MINFLT] / n, cross, cross_init, mx[F_PRE], sum[F_PRE] / n);
         fflush(stdout);
         FILE *f = dump ? fopen(dump, "w") : NULL;
         if (dump && !f) fprintf(stderr, "oobx-boot: cannot write %s\n", dump);
