@@ -1127,7 +1127,20 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
  * every block; the last step may bring blocks held already (no leader knows
  * H to trim it): they are checked and skipped.
  * Step message: u32 the sender's source of this step, u32 blocks, blocks.
- * Answer: u32 rank, u32 length, that rank's card. */
+ * Answer: u32 rank, u32 length, that rank's card.
+ * One buffer holds it all: the blocks held, in order, with room for a step
+ * message's two words before them, and free space after them. A step sends
+ * straight from it (the two words, then every block held) and receives
+ * into the free space after the blocks, which no send covers; the new
+ * blocks then move down to follow the held ones. So the blocks are never
+ * copied into a message of their own, and the pages a trade touches are
+ * those of the blocks once (at 10,240 ranks of a 16-host job the copies
+ * were most of a leader's page faults in the trade, and on a host with
+ * more ranks than cores the trade's CPU decides how long the other
+ * leaders wait). The two words change from step to step: the send of the
+ * step before has completed by then (the partner answered it after
+ * receiving all of it), which the trade makes sure of before writing
+ * them. */
 
 
 /* A block whose origin leader is held already: its cards must be the ones
@@ -1170,7 +1183,8 @@ static int doubling_reach(struct oobx_comm *c, oobx__node_t *node, unsigned char
 
 /* Takes the blocks of a step message (msg, len >= 8 bytes; its blocks after
  * the two words): new ones into the table and onto held, ones held already
- * checked. */
+ * checked. msg may lie in held's free space, at or after held + *held_len:
+ * each new block moves down over what was parsed before it. */
 static int doubling_take(card_trade_t *t, const unsigned char *msg, size_t len, int from, unsigned char *seen,
                          unsigned char *held, size_t *held_len, uint32_t *nheld)
 {
@@ -1193,7 +1207,7 @@ static int doubling_take(card_trade_t *t, const unsigned char *msg, size_t len, 
             rc = card_unpack(t, m + q, bl, from, &origin);
             if (rc == 0) {
                 seen[o] = 1;
-                memcpy(held + *held_len, m + q, bl);
+                memmove(held + *held_len, m + q, bl);
                 *held_len += bl;
                 (*nheld)++;
             }
@@ -1232,17 +1246,19 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
     size_t cap = 8 + (size_t)nranks * (8 + CARD_HDR + OOBX_ADDR_MAX) + 16 * (size_t)nranks;
     size_t acap = 8 + CARD_HDR + OOBX_ADDR_MAX;
     enum { MAX_STEPS = 32 };
-    unsigned char *held = malloc(cap), *in = malloc(cap), *ans_in = malloc(acap);
+    /* the two words, the blocks held (at most cap), a step message after them (at most 8 + cap) */
+    unsigned char *hbuf = malloc(8 + 2 * cap + 8), *ans_in = malloc(acap);
+    unsigned char *held = hbuf ? hbuf + 8 : NULL;
     unsigned char *seen = calloc((size_t)nranks, 1), *known = calloc((size_t)nranks, 1);
-    unsigned char *out[MAX_STEPS] = {NULL}, *ans_out[MAX_STEPS] = {NULL};
+    unsigned char *ans_out[MAX_STEPS] = {NULL};
     oobx_sreq_t *s = calloc(2 * MAX_STEPS, sizeof(*s));
     oobx_sreq_t **pending = calloc(2 * MAX_STEPS + 1, sizeof(*pending));
     int *sent_to = calloc(2 * MAX_STEPS, sizeof(*sent_to));
     oobx_rreq_t *r = calloc(2, sizeof(*r)); /* the step's blocks, the answer */
     unsigned char fwd_card[CARD_HDR + OOBX_ADDR_MAX];
     size_t fwd_len = pl->place.next_len;
-    if (!held || !in || !ans_in || !seen || !known || !s || !pending || !sent_to || !r) {
-        free(held), free(in), free(ans_in), free(seen), free(known), free(s), free(pending), free(sent_to), free(r),
+    if (!hbuf || !ans_in || !seen || !known || !s || !pending || !sent_to || !r) {
+        free(hbuf), free(ans_in), free(seen), free(known), free(s), free(pending), free(sent_to), free(r),
             free(own);
         return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory for the leaders' exchange", rank);
     }
@@ -1255,7 +1271,7 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
     int fwd = pl->place.next_leader, back = t->prev;
     known[fwd] = 1; /* leader_trade told the transport */
     uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
-    int ns = 0, k = 0;
+    int ns = 0, k = 0, held_sent = -1; /* s[held_sent]: the last send from held */
     for (; rc == 0 && !card_complete(t); k++) {
         if (k == MAX_STEPS || fwd == rank || back == rank) {
             rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
@@ -1265,17 +1281,25 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
             break;
         }
         uint64_t tag = NODE_DOUBLING_TAG(k, 0), atag = NODE_DOUBLING_TAG(k, 1);
-        rc = oobx__ep_irecv(&c->v, back, OOBX_MSG_COLL, tag, in, cap, &r[0]);
-        if (rc == 0) {
-            out[k] = malloc(8 + held_len);
-            if (!out[k]) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
+        unsigned char *in = held + held_len; /* the free space: no send covers it */
+        rc = oobx__ep_irecv(&c->v, back, OOBX_MSG_COLL, tag, in, 2 * cap + 8 - held_len, &r[0]);
+        /* the step before's send read the two words: it is over (its
+         * partner answered it), but the transport may not have said so */
+        oobx_sreq_t *before[2] = {held_sent >= 0 ? &s[held_sent] : NULL, NULL};
+        if (rc == 0 && before[0] && !pair_sent(before)) {
+            rc = oobx__ep_wait(&c->v, pair_sent, before, deadline);
+            if (rc != 0)
+                rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' "
+                                                    "card trade: sending cards to leader %d", rank, k, sent_to[held_sent]);
+            else if (s[held_sent].tp.status)
+                rc = leader_peer_fail(c, s[held_sent].tp.status, sent_to[held_sent], "step %d of the leaders' card "
+                                      "trade, to", k);
         }
         if (rc == 0) {
-            oobx__put_u32(out[k], (uint32_t)back);
-            oobx__put_u32(out[k] + 4, nheld);
-            memcpy(out[k] + 8, held, held_len);
-            rc = oobx__ep_isend(&c->v, fwd, OOBX_MSG_COLL, tag, out[k], 8 + held_len, &s[ns]);
-            if (rc == 0) sent_to[ns] = fwd, pending[ns] = &s[ns], ns++;
+            oobx__put_u32(held - 8, (uint32_t)back);
+            oobx__put_u32(held - 4, nheld);
+            rc = oobx__ep_isend(&c->v, fwd, OOBX_MSG_COLL, tag, held - 8, 8 + held_len, &s[ns]);
+            if (rc == 0) sent_to[ns] = fwd, pending[ns] = &s[ns], held_sent = ns++;
         }
         if (rc != 0) break;
         /* the step's blocks */
@@ -1348,19 +1372,17 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         if (s[i].tp.status) rc = leader_peer_fail(c, s[i].tp.status, sent_to[i], "the leaders' card trade, to");
     if (adopted || !pair_sent(pending)) {
         /* a transport may still touch them */
-        oobx__ep_adopt(c->v.ep, in);
+        oobx__ep_adopt(c->v.ep, hbuf);
         oobx__ep_adopt(c->v.ep, ans_in);
         oobx__ep_adopt(c->v.ep, s);
         oobx__ep_adopt(c->v.ep, r);
-        for (int i = 0; i < MAX_STEPS; i++) {
-            if (out[i]) oobx__ep_adopt(c->v.ep, out[i]);
+        for (int i = 0; i < MAX_STEPS; i++)
             if (ans_out[i]) oobx__ep_adopt(c->v.ep, ans_out[i]);
-        }
     } else {
-        free(in), free(ans_in), free(s), free(r);
-        for (int i = 0; i < MAX_STEPS; i++) free(out[i]), free(ans_out[i]);
+        free(hbuf), free(ans_in), free(s), free(r);
+        for (int i = 0; i < MAX_STEPS; i++) free(ans_out[i]);
     }
-    free(held), free(seen), free(known), free(pending), free(sent_to);
+    free(seen), free(known), free(pending), free(sent_to);
     return rc;
 }
 
