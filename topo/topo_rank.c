@@ -21,13 +21,14 @@ static void topo_module_path(const topo_request_t *req, char *path, size_t len)
     snprintf(path, len, "%s/%s", dir, OOBX_TOPO_MODULE);
 }
 
-/* The hwloc module, or NULL with why. A module that passes the checks is
- * made RTLD_NODELETE: once a process has ranked a device, hwloc stays mapped
- * and the next choice pays no load; one that fails them is unloaded again. */
-static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *why, size_t whylen)
+/* The hwloc module, or NULL with why; path (len bytes) gets the file it
+ * was looked for in. A module that passes the checks is made RTLD_NODELETE:
+ * once a process has ranked a device, hwloc stays mapped and the next
+ * choice pays no load; one that fails them is unloaded again. */
+static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *path, size_t len, char *why,
+                                             size_t whylen)
 {
-    char path[1024];
-    topo_module_path(req, path, sizeof(path));
+    topo_module_path(req, path, len);
     void *h = NULL;
     oobx_topo_module_init_fn init;
     int o = oobx__module_open(path, OOBX_TOPO_MODULE_INIT, "hwloc module", &h, (void **)&init, why, whylen);
@@ -55,9 +56,8 @@ static const oobx_topo_module_t *topo_module(const topo_request_t *req, char *wh
 
 int oobx__topo_hwloc_loads(const topo_request_t *req, char *why, size_t whylen)
 {
-    if (!topo_module(req, why, whylen)) return 0;
     char path[1024];
-    topo_module_path(req, path, sizeof(path));
+    if (!topo_module(req, path, sizeof(path), why, whylen)) return 0;
     oobx__topo_why(why, whylen, "%s", path);
     return 1;
 }
@@ -74,7 +74,8 @@ int oobx__topo_rank_devices(const topo_request_t *req, int kind, topo_dev_t **ou
         oobx__topo_why(why, whylen, "OOBX_TOPO_PCI=%s is not a PCI bus id (want 0000:3b:00.0)", req->pci_target);
         return OOBX_ERR_INVALID;
     }
-    const oobx_topo_module_t *m = topo_module(req, why, whylen);
+    char path[1024];
+    const oobx_topo_module_t *m = topo_module(req, path, sizeof(path), why, whylen);
     if (!m) return OOBX_ERR_UNAVAILABLE;
     *out = NULL;
     *n = 0;
