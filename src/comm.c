@@ -618,18 +618,12 @@ typedef struct trade_watch {
     int peer;
     uint64_t other_tag; /* 0: none */
     int other;          /* set: that message is in */
-    int link_to;        /* >= 0: also done once the transport's link with this rank is up (ops->linked) */
-    int linked;         /* set: it is */
 } trade_watch_t;
 
 static int trade_watch_done(void *arg)
 {
     trade_watch_t *w = arg;
     if (w->done(w->arg)) return 1;
-    if (w->link_to >= 0 && w->c->v.ep->ops->linked(w->c->v.ep->tp, w->link_to) == 1) {
-        w->linked = 1;
-        return 1;
-    }
     size_t len = 0;
     if (w->other_tag && oobx__ep_ux_peek(w->c->v.ep, w->c->v.ctx, OOBX_MSG_COLL, w->peer, w->other_tag, &len)) {
         w->other = 1;
@@ -693,7 +687,7 @@ static int leader_ring_run(struct oobx_comm *c, const leader_ring_t *lr)
     while (rc == 0 && !lr->complete(lr->arg)) {
         rc = ring_flush_back(&st);
         if (rc != 0) break;
-        trade_watch_t w = {c, ring_any_in, posted, lr->prev, lr->other_tag, 0, -1, 0};
+        trade_watch_t w = {c, ring_any_in, posted, lr->prev, lr->other_tag, 0};
         if (!ring_any_in(posted)) rc = oobx__ep_wait(&c->v, trade_watch_done, &w, deadline);
         if (rc == 0 && w.other && !ring_any_in(posted)) {
             rc = trade_mismatch(c, lr->prev, "by doubling (OOBX_NODE_EXCHANGE=bruck)", "by the ring (ring)");
@@ -1143,16 +1137,10 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
  * those of the blocks once (at 10,240 ranks of a 16-host job the copies
  * were most of a leader's page faults in the trade, and on a host with
  * more ranks than cores the trade's CPU decides how long the other
- * leaders wait). The two words change from step to step: where the send
- * of a step before still reads them (its partner answered early, below,
- * and has not taken it all), that step's message is a copy instead.
- * Answers go early where the transport tells when a link is up
- * (ops->linked; the socket transport): a leader answers the sender of a
- * step as soon as that sender's link to it is up, before its blocks come,
- * so the sender meets its next partner (a connection and its handshake)
- * while the blocks travel; every step's answer is then sent and awaited,
- * the last one's too. Elsewhere a leader answers after taking the blocks,
- * and not at the last step. */
+ * leaders wait). The two words change from step to step: the send of the
+ * step before has completed by then (the partner answered it after
+ * receiving all of it), which the trade makes sure of before writing
+ * them. */
 
 
 /* A block whose origin leader is held already: its cards must be the ones
@@ -1234,18 +1222,12 @@ static int doubling_take(card_trade_t *t, const unsigned char *msg, size_t len, 
     return 0;
 }
 
-/* Waits for a receive of step k from leader peer ("cards from", "the answer
- * of"). link_to >= 0: returns early with *linked set once the link with
- * that rank is up (and q not done). */
+/* Waits for a receive of step k from leader peer ("cards from", "the answer of"). */
 static int doubling_wait(struct oobx_comm *c, oobx_rreq_t *q, int peer, int k, const char *what, uint64_t deadline,
-                         uint64_t other_tag, int link_to, int *linked)
+                         uint64_t other_tag)
 {
-    trade_watch_t w = {c, recv_done, q, peer, other_tag, 0, link_to, 0};
+    trade_watch_t w = {c, recv_done, q, peer, other_tag, 0};
     int rc = q->done ? 0 : oobx__ep_wait(&c->v, trade_watch_done, &w, deadline);
-    if (rc == 0 && w.linked && !q->done) {
-        *linked = 1;
-        return 0;
-    }
     if (rc == 0 && w.other && !q->done)
         return trade_mismatch(c, peer, "by the ring (OOBX_NODE_EXCHANGE=ring)", "by doubling (bruck)");
     char who[160] = "";
@@ -1255,19 +1237,6 @@ static int doubling_wait(struct oobx_comm *c, oobx_rreq_t *q, int peer, int k, c
                                    c->v.rank, k + 1, what, who_is(c, peer, who, sizeof(who)));
     if (q->status) return leader_peer_fail(c, q->status, peer, "step %d of the leaders' card trade, %s", k + 1, what);
     return 0;
-}
-
-/* Sends step k's answer to back: the card of fwd (this leader's step-k
- * partner, back's at step k + 1). *out: the message, kept until the send is done. */
-static int doubling_answer(struct oobx_comm *c, int k, int back, int fwd, const unsigned char *fwd_card,
-                           size_t fwd_len, unsigned char **out, oobx_sreq_t *req)
-{
-    *out = malloc(8 + fwd_len);
-    if (!*out) return oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", c->v.rank);
-    oobx__put_u32(*out, (uint32_t)fwd);
-    oobx__put_u32(*out + 4, (uint32_t)fwd_len);
-    memcpy(*out + 8, fwd_card, fwd_len);
-    return oobx__ep_isend(&c->v, back, OOBX_MSG_COLL, NODE_DOUBLING_TAG(k, 1), *out, 8 + fwd_len, req);
 }
 
 static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned char *own, size_t own_len)
@@ -1281,7 +1250,7 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
     unsigned char *hbuf = malloc(8 + 2 * cap + 8), *ans_in = malloc(acap);
     unsigned char *held = hbuf ? hbuf + 8 : NULL;
     unsigned char *seen = calloc((size_t)nranks, 1), *known = calloc((size_t)nranks, 1);
-    unsigned char *ans_out[MAX_STEPS] = {NULL}, *copies[MAX_STEPS] = {NULL};
+    unsigned char *ans_out[MAX_STEPS] = {NULL};
     oobx_sreq_t *s = calloc(2 * MAX_STEPS, sizeof(*s));
     oobx_sreq_t **pending = calloc(2 * MAX_STEPS + 1, sizeof(*pending));
     int *sent_to = calloc(2 * MAX_STEPS, sizeof(*sent_to));
@@ -1303,12 +1272,6 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
     known[fwd] = 1; /* leader_trade told the transport */
     uint64_t deadline = oobx__deadline(c->settings.timeout_ms);
     int ns = 0, k = 0, held_sent = -1; /* s[held_sent]: the last send from held */
-    /* a transport that tells when a link is up: each step's sender is
-     * answered as soon as its link to this leader is up, before its blocks
-     * come, so that it can meet its next partner while its blocks travel;
-     * then every step's answer is sent and awaited, the last one's too (it
-     * may be on its way before the blocks tell that the step is the last) */
-    int tells = c->v.ep->ops->linked(c->v.ep->tp, fwd) >= 0;
     for (; rc == 0 && !card_complete(t); k++) {
         if (k == MAX_STEPS || fwd == rank || back == rank) {
             rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL,
@@ -1320,37 +1283,28 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         uint64_t tag = NODE_DOUBLING_TAG(k, 0), atag = NODE_DOUBLING_TAG(k, 1);
         unsigned char *in = held + held_len; /* the free space: no send covers it */
         rc = oobx__ep_irecv(&c->v, back, OOBX_MSG_COLL, tag, in, 2 * cap + 8 - held_len, &r[0]);
-        /* the two words go before the blocks held, unless the send of a step
-         * before still reads them (its partner answered before taking it
-         * all): then this step's message is a copy */
+        /* the step before's send read the two words: it is over (its
+         * partner answered it), but the transport may not have said so */
         oobx_sreq_t *before[2] = {held_sent >= 0 ? &s[held_sent] : NULL, NULL};
-        unsigned char *msg = held - 8;
         if (rc == 0 && before[0] && !pair_sent(before)) {
-            msg = copies[k] = malloc(8 + held_len);
-            if (!msg) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
-            else memcpy(msg + 8, held, held_len);
+            rc = oobx__ep_wait(&c->v, pair_sent, before, deadline);
+            if (rc != 0)
+                rc = oobx__ep_wait_error(&c->v, rc, "rank %d, leader of its host's ranks: step %d of the leaders' "
+                                                    "card trade: sending cards to leader %d", rank, k, sent_to[held_sent]);
+            else if (s[held_sent].tp.status)
+                rc = leader_peer_fail(c, s[held_sent].tp.status, sent_to[held_sent], "step %d of the leaders' card "
+                                      "trade, to", k);
         }
         if (rc == 0) {
-            oobx__put_u32(msg, (uint32_t)back);
-            oobx__put_u32(msg + 4, nheld);
-            rc = oobx__ep_isend(&c->v, fwd, OOBX_MSG_COLL, tag, msg, 8 + held_len, &s[ns]);
-            if (rc == 0 && msg == held - 8) held_sent = ns;
-            if (rc == 0) sent_to[ns] = fwd, pending[ns] = &s[ns], ns++;
+            oobx__put_u32(held - 8, (uint32_t)back);
+            oobx__put_u32(held - 4, nheld);
+            rc = oobx__ep_isend(&c->v, fwd, OOBX_MSG_COLL, tag, held - 8, 8 + held_len, &s[ns]);
+            if (rc == 0) sent_to[ns] = fwd, pending[ns] = &s[ns], held_sent = ns++;
         }
         if (rc != 0) break;
-        /* the step's blocks, answering their sender as soon as its link is up */
+        /* the step's blocks */
         /* at the first step, from the previous leader: a ring's first message there is the other setting */
-        int answered = 0;
-        for (;;) {
-            int linked = 0;
-            rc = doubling_wait(c, &r[0], back, k, "cards from", deadline, k == 0 ? NODE_TRADE_TAG : 0,
-                               tells && !answered ? back : -1, &linked);
-            if (rc != 0 || !linked) break;
-            rc = doubling_answer(c, k, back, fwd, fwd_card, fwd_len, &ans_out[k], &s[ns]);
-            if (rc != 0) break;
-            sent_to[ns] = back, pending[ns] = &s[ns], ns++;
-            answered = 1;
-        }
+        rc = doubling_wait(c, &r[0], back, k, "cards from", deadline, k == 0 ? NODE_TRADE_TAG : 0);
         if (rc != 0) break;
         if (r[0].received < 8) {
             rc = oobx__fail(&c->log, OOBX_ERR_PROTOCOL, "rank %d, leader of its host's ranks: a card message of %zu "
@@ -1367,20 +1321,25 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         /* the answer: this step's partner, the sender's partner one step on.
          * Every leader holds the blocks of the 2^(k+1) leaders up to itself
          * after step k: all complete at the same step, and then neither
-         * side needs an answer (one round trip less at the end), unless
-         * answers go early (tells, above). */
+         * side needs an answer (one round trip less at the end). */
         int last = rc == 0 && card_complete(t);
         if (rc == 0 && !last) rc = doubling_reach(c, t->node, known, back);
-        if (rc == 0 && !answered && (!last || tells)) {
-            rc = doubling_answer(c, k, back, fwd, fwd_card, fwd_len, &ans_out[k], &s[ns]);
+        if (rc == 0 && !last) {
+            ans_out[k] = malloc(8 + fwd_len);
+            if (!ans_out[k]) rc = oobx__fail(&c->log, OOBX_ERR_NOMEM, "rank %d: out of memory", rank);
+        }
+        if (rc == 0 && !last) {
+            oobx__put_u32(ans_out[k], (uint32_t)fwd);
+            oobx__put_u32(ans_out[k] + 4, (uint32_t)fwd_len);
+            memcpy(ans_out[k] + 8, fwd_card, fwd_len);
+            rc = oobx__ep_isend(&c->v, back, OOBX_MSG_COLL, atag, ans_out[k], 8 + fwd_len, &s[ns]);
             if (rc == 0) sent_to[ns] = back, pending[ns] = &s[ns], ns++;
         }
-        if (rc != 0 || (last && !tells)) break;
+        if (rc != 0 || last) break;
         back = next_back;
         /* the partner's answer */
         rc = oobx__ep_irecv(&c->v, fwd, OOBX_MSG_COLL, atag, ans_in, acap, &r[1]);
-        int unused = 0;
-        if (rc == 0) rc = doubling_wait(c, &r[1], fwd, k, "the answer of", deadline, 0, -1, &unused);
+        if (rc == 0) rc = doubling_wait(c, &r[1], fwd, k, "the answer of", deadline, 0);
         if (rc != 0) break;
         uint32_t nf = r[1].received >= 8 ? oobx__get_u32(ans_in) : UINT32_MAX;
         uint32_t nl = r[1].received >= 8 ? oobx__get_u32(ans_in + 4) : 0;
@@ -1389,7 +1348,6 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
                             "bytes from leader %d", rank, r[1].received, fwd);
             break;
         }
-        if (last) break; /* the partner it names has nothing left to give */
         fwd = (int)nf;
         fwd_len = nl;
         memcpy(fwd_card, ans_in + 8, nl);
@@ -1418,13 +1376,11 @@ static int doubling_trade(card_trade_t *t, const root_placement_t *pl, unsigned 
         oobx__ep_adopt(c->v.ep, ans_in);
         oobx__ep_adopt(c->v.ep, s);
         oobx__ep_adopt(c->v.ep, r);
-        for (int i = 0; i < MAX_STEPS; i++) {
+        for (int i = 0; i < MAX_STEPS; i++)
             if (ans_out[i]) oobx__ep_adopt(c->v.ep, ans_out[i]);
-            if (copies[i]) oobx__ep_adopt(c->v.ep, copies[i]);
-        }
     } else {
         free(hbuf), free(ans_in), free(s), free(r);
-        for (int i = 0; i < MAX_STEPS; i++) free(ans_out[i]), free(copies[i]);
+        for (int i = 0; i < MAX_STEPS; i++) free(ans_out[i]);
     }
     free(seen), free(known), free(pending), free(sent_to);
     return rc;

@@ -1441,16 +1441,6 @@ static int sk_ring(oobx_tp_t *tpp, int prev, int next)
     return peer_connect(t, next);
 }
 
-/* A link to peer whose hello is done, ours or the peer's: sk_send takes it
- * without the peer's address. */
-static int sk_linked(oobx_tp_t *tpp, int peer)
-{
-    sk_tp_t *t = tp_of(tpp);
-    if (peer < 0 || peer >= t->nranks || peer == t->rank || t->peers[peer].failed) return 0;
-    const sk_conn_t *c = t->peers[peer].conn;
-    return c && c->state == SC_READY && !c->send_gone;
-}
-
 static void sk_peer_name(oobx_tp_t *tpp, int peer, char *buf, size_t len)
 {
     peer_describe(tp_of(tpp), peer, buf, len);
@@ -1590,5 +1580,4 @@ const oobx_tp_ops_t oobx__socket_ops = {
     .describe = oobx_tp_describe_none,
     .peer_name = sk_peer_name,
     .destroy = sk_destroy,
-    .linked = sk_linked,
 };

@@ -140,7 +140,6 @@ static void missing_ops(const oobx_tp_ops_t *o, char *out, size_t len)
     OOBX_CHECK_OP_(describe)
     OOBX_CHECK_OP_(peer_name)
     OOBX_CHECK_OP_(destroy)
-    OOBX_CHECK_OP_(linked)
     OOBX_CHECK_OP_(settings)
 #undef OOBX_CHECK_OP_
 }

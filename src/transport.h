@@ -32,7 +32,7 @@
 #include "log.h"
 #include "settings.h"
 
-#define OOBX_TP_VERSION 8 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left; 5: params.secret; 6: settings.cma_min; 7: release; 8: linked */
+#define OOBX_TP_VERSION 7 /* 2: sleep() gets the pollfds, every op set; 3: sink.need_peer; 4: sink.peer_left; 5: params.secret; 6: settings.cma_min; 7: release */
 #define OOBX_ADDR_MAX 2048 /* largest address blob a transport may publish */
 
 enum { OOBX_MSG_P2P = 1, OOBX_MSG_COLL = 2, OOBX_MSG_CTRL = 3 };
@@ -188,14 +188,6 @@ struct oobx_tp_ops {
     /* Flushes what can be flushed within a short bound and frees everything.
      * Accepts NULL. Does not call the sink. */
     void (*destroy)(oobx_tp_t *tp);
-
-    /* 1 when a send to peer would go now on a link that is up (opened by
-     * either side, its handshake done), also where set_peer was never called
-     * for peer (a peer that connected to us); 0 when no such link is up (yet);
-     * -1 when this transport cannot tell (then never 0 or 1). No I/O. The
-     * leaders' card trade answers a partner as soon as its link is up. The
-     * default, oobx_tp_linked_unknown, says -1. */
-    int (*linked)(oobx_tp_t *tp, int peer);
 };
 
 /* First member of every transport's instance. */
@@ -212,14 +204,6 @@ static inline int oobx_tp_ring_unsupported(oobx_tp_t *tp, int prev, int next)
     (void)prev;
     (void)next;
     return 0;
-}
-
-/* linked: the transport cannot tell. */
-static inline int oobx_tp_linked_unknown(oobx_tp_t *tp, int peer)
-{
-    (void)tp;
-    (void)peer;
-    return -1;
 }
 
 /* describe: nothing to say. */

@@ -12,9 +12,8 @@
 
 #define OOBX_WIRE_MAGIC 0x5842304fu /* "O0BX" read as little-endian bytes 4f 30 42 58 */
 #define OOBX_NRANKS_MAX (1 << 22) /* the most ranks a job may have on the wire */
-#define OOBX_WIRE_VERSION 4 /* 2: node-aware root reports (HELLO_ROOT_NODE*) and placements; 3: the origin
-                              of a refusal in the root's reply; 4: the leaders' doubling trade answers early
-                              and at every step over links that tell when they are up */
+#define OOBX_WIRE_VERSION 3 /* 2: node-aware root reports (HELLO_ROOT_NODE*) and placements; 3: the origin
+                              of a refusal in the root's reply */
 
 enum {
     OOBX_HELLO_ROOT = 1,       /* rank -> root: a report follows */

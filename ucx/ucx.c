@@ -962,7 +962,6 @@ const oobx_tp_ops_t oobx_ucx_ops = {
     .describe = ucx_describe,
     .peer_name = op_peer_name,
     .destroy = op_destroy,
-    .linked = oobx_tp_linked_unknown,
 };
 
 oobx__module_export int oobx_tp_module_init(const oobx_core_api_t *api, const oobx_tp_ops_t **ops, char *why,

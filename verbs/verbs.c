@@ -1448,7 +1448,6 @@ const oobx_tp_ops_t oobx_verbs_ops = {
     .peer_name = verbs_peer_name,
     .describe = verbs_describe_op,
     .destroy = verbs_destroy,
-    .linked = oobx_tp_linked_unknown,
 };
 
 oobx__module_export int oobx_tp_module_init(const oobx_core_api_t *api, const oobx_tp_ops_t **ops, char *why,

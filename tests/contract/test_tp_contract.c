@@ -1055,7 +1055,7 @@ static void test_ops_table(void **state)
     assert_non_null(ops->name);
     assert_string_equal(ops->name, tp_name);
     assert_true(ops->create && ops->address && ops->set_peer && ops->ring && ops->send && ops->release && ops->progress &&
-                ops->wait_prepare && ops->sleep && ops->describe && ops->peer_name && ops->destroy && ops->linked);
+                ops->wait_prepare && ops->sleep && ops->describe && ops->peer_name && ops->destroy);
     const oobx__tp_entry_t *e = oobx__tp_find(tp_name);
     assert_non_null(e);
     oobx_settings_t s;
@@ -1245,37 +1245,6 @@ static void test_self_rules(void **state)
     const size_t sizes[] = {1, 0, 9000};
     exchange(nodes, 2, 0, 1, sizes, 3);
     nodes_free(nodes, 2);
-}
-
-/* linked: -1 everywhere where the transport cannot tell; otherwise 0 before
- * any link and for ranks out of range, 1 on both sides once a link is up,
- * also toward a peer that only connected to this node (set_peer never
- * called for it), to which a send then goes without its address. */
-static void test_linked(void **state)
-{
-    (void)state;
-    node_t *nodes = nodes_new(3);
-    introduce(&nodes[0], &nodes[1]); /* rank 1 knows no address */
-    if (ops->linked(nodes[1].tp, 0) == -1) {
-        for (int i = 0; i < 3; i++)
-            for (int r = -1; r <= 3; r++) assert_int_equal(ops->linked(nodes[i].tp, r), -1);
-        print_message("%s cannot tell when a link is up\n", tp_name);
-        nodes_free(nodes, 3);
-        return;
-    }
-    for (int i = 0; i < 3; i++)
-        for (int r = -1; r <= 3; r++) assert_int_equal(ops->linked(nodes[i].tp, r), 0);
-    const size_t sizes[] = {5, 3000};
-    exchange(nodes, 3, 0, 1, sizes, 2);
-    assert_int_equal(ops->linked(nodes[0].tp, 1), 1);
-    assert_int_equal(ops->linked(nodes[1].tp, 0), 1);
-    assert_int_equal(ops->linked(nodes[1].tp, 2), 0);
-    assert_int_equal(ops->linked(nodes[2].tp, 0), 0);
-    assert_int_equal(ops->linked(nodes[1].tp, 1), 0);
-    /* back over the link rank 0 opened */
-    exchange(nodes, 3, 1, 0, sizes, 2);
-    assert_int_equal(ops->linked(nodes[2].tp, 1), 0);
-    nodes_free(nodes, 3);
 }
 
 /* Exact headers: contexts and tags of all 64 bits, every kind. */
@@ -2491,7 +2460,6 @@ int main(void)
         CASE(test_one_rank),
         CASE(test_address_set_peer),
         CASE(test_self_rules),
-        CASE(test_linked),
         CASE(test_headers),
         CASE(test_sizes),
         CASE(test_order_per_pair),

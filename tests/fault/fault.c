@@ -869,7 +869,7 @@ static void put64(unsigned char *p, uint64_t v)
 
 /* The wire version the library speaks (docs/protocol.md); a hello of another
  * is refused for its version before its proof is looked at. */
-#define WIRE_VERSION 4
+#define WIRE_VERSION 3
 
 /* The documented hello layout (docs/protocol.md), written by hand here. */
 static void hello_bytes(unsigned char *b, uint32_t proto, uint16_t version, uint16_t type, uint64_t magic, int rank,
