@@ -27,11 +27,12 @@
  * once every host is ready. The host's ranks taking the result after it is
  * local work (in "cards" and "total"). All instants count from the start
  * of the rank's timed init (oobx_init_timings_t.total), which on a host with
- * fewer cores than ranks can be well after the common instant; before
- * 2026-12-08 they counted from the call of oobx_comm_init_from_env, whose
- * own work before the timed init (environment, settings, libsodium) and
- * any wait for a core there were not in the leaders' phases, so that a
- * leader's instants came early by that much ("pre", per rank). cross_init_s (what cross_s was before
+ * fewer cores than ranks can be well after the common instant. Until
+ * 2026-12-07's fifteenth session they counted from the call of
+ * oobx_comm_init_from_env, whose own work before the timed init
+ * (environment, settings, libsodium) and any wait for a core there are in
+ * no phase: a leader's instants came early by that much ("pre", per rank).
+ * cross_init_s (what cross_s was before
  * 2026-12-06's fifth session): to the last leader's end of init instead,
  * after it woke its host's ranks, which on such a host waits for the CPU
  * those ranks take.
