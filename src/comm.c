@@ -1641,11 +1641,13 @@ static int node_collective_run(struct oobx_comm *c, void *buf, size_t bpr, int b
         hold->b = b;
         hold->k = k;
     } else {
-        if (rc == 0 && bpr && c->node.crowded) {
-            fresh = oobx__copy_fresh(buf, data, all);
-        } else if (rc == 0 && bpr) {
-            if (c->node.leader) oobx__prefault_write(buf, all); /* its wait was the leaders' exchange */
-            memcpy(buf, data, all);
+        if (rc == 0 && bpr) {
+            if (c->node.crowded) {
+                fresh = oobx__copy_fresh(buf, data, all);
+            } else {
+                if (c->node.leader) oobx__prefault_write(buf, all); /* its wait was the leaders' exchange */
+                memcpy(buf, data, all);
+            }
         }
         oobx__node_ag_leave(seg, b, k);
     }
