@@ -1135,9 +1135,7 @@ static int leader_bruck_run(struct oobx_comm *c, const leader_bruck_t *lb)
  * blocks then move down to follow the held ones. So the blocks are never
  * copied into a message of their own, and the pages a trade touches are
  * those of the blocks once (at 10,240 ranks of a 16-host job the copies
- * were most of a leader's page faults in the trade, and on a host with
- * more ranks than cores the trade's CPU decides how long the other
- * leaders wait). The two words change from step to step: the send of the
+ * were about a third of a leader's page faults in the trade). The two words change from step to step: the send of the
  * step before has completed by then (the partner answered it after
  * receiving all of it), which the trade makes sure of before writing
  * them. */
